@@ -1,0 +1,51 @@
+"""Where the gpufleet.tuning collection and its playbooks are."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENV_COLLECTION = "GPUFLEET_COLLECTION"
+
+
+class CollectionNotFound(RuntimeError):
+    pass
+
+
+def _is_collection(path: Path) -> bool:
+    return (path / "galaxy.yml").is_file() or (path / "MANIFEST.json").is_file()
+
+
+def collection_root() -> Path:
+    """The gpufleet.tuning collection: $GPUFLEET_COLLECTION, else the checkout this package runs from,
+    else an installed copy on Ansible's collections path."""
+    env = os.environ.get(ENV_COLLECTION)
+    if env:
+        path = Path(env).resolve()
+        if not _is_collection(path):
+            raise CollectionNotFound(f"{ENV_COLLECTION}={env} is not a collection (no galaxy.yml or MANIFEST.json)")
+        return path
+    checkout = Path(__file__).resolve().parents[2]
+    if _is_collection(checkout) and (checkout / "playbooks").is_dir():
+        return checkout
+    for base in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "~/.ansible/collections:/usr/share/ansible/collections").split(
+        os.pathsep
+    ):
+        candidate = Path(base).expanduser() / "ansible_collections" / "gpufleet" / "tuning"
+        if _is_collection(candidate):
+            return candidate.resolve()
+    raise CollectionNotFound(
+        "the gpufleet.tuning collection was not found: run from a checkout, install it with "
+        f"`ansible-galaxy collection install`, or set {ENV_COLLECTION}"
+    )
+
+
+def collections_path(root: Path, workdir: Path) -> str:
+    """A collections path in ``workdir`` whose gpufleet/tuning points at ``root``, plus the usual ones."""
+    link = workdir / "ansible_collections" / "gpufleet" / "tuning"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.exists():
+        link.symlink_to(root, target_is_directory=True)
+    extra = [str(root / ".collections")] if (root / ".collections").is_dir() else []
+    return os.pathsep.join([str(workdir), *extra, str(Path("~/.ansible/collections").expanduser()),
+                            "/usr/share/ansible/collections"])
