@@ -1,0 +1,167 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Fallback reader: ``nvidia-smi --query-gpu`` for hosts where pynvml cannot be imported.
+
+It yields the same per-GPU shape as module_utils.nvml, with every field nvidia-smi does not
+offer set to None and listed in ``unsupported``, and ``source: nvidia-smi``.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import csv
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
+
+# (query field, our dotted path, converter)
+FIELDS = (
+    ("index", "index", "int"),
+    ("name", "name", "str"),
+    ("uuid", "uuid", "str"),
+    ("pci.bus_id", "pci_bus_id", "str"),
+    ("driver_version", "driver_version", "str"),
+    ("memory.total", "memory.total_mib", "int"),
+    ("memory.used", "memory.used_mib", "int"),
+    ("memory.free", "memory.free_mib", "int"),
+    ("persistence_mode", "persistence_mode", "enabled"),
+    ("power.draw", "power.usage_w", "float"),
+    ("power.limit", "power.limit_w", "float"),
+    ("power.default_limit", "power.default_limit_w", "float"),
+    ("power.min_limit", "power.min_limit_w", "float"),
+    ("power.max_limit", "power.max_limit_w", "float"),
+    ("enforced.power.limit", "power.enforced_limit_w", "float"),
+    ("ecc.mode.current", "ecc.current", "enabled"),
+    ("ecc.mode.pending", "ecc.pending", "enabled"),
+    ("ecc.errors.uncorrected.volatile.total", "ecc.volatile_uncorrected", "int"),
+    ("ecc.errors.uncorrected.aggregate.total", "ecc.aggregate_uncorrected", "int"),
+    ("ecc.errors.corrected.volatile.total", "ecc.volatile_corrected", "int"),
+    ("ecc.errors.corrected.aggregate.total", "ecc.aggregate_corrected", "int"),
+    ("clocks.current.graphics", "clocks.graphics", "int"),
+    ("clocks.current.sm", "clocks.sm", "int"),
+    ("clocks.current.memory", "clocks.mem", "int"),
+    ("clocks.max.graphics", "clocks.max_graphics", "int"),
+    ("clocks.max.sm", "clocks.max_sm", "int"),
+    ("clocks.max.memory", "clocks.max_mem", "int"),
+    ("clocks.applications.graphics", "clocks.app_graphics", "int"),
+    ("clocks.applications.memory", "clocks.app_mem", "int"),
+    ("clocks.default_applications.graphics", "clocks.default_app_graphics", "int"),
+    ("clocks.default_applications.memory", "clocks.default_app_mem", "int"),
+    ("clocks_event_reasons.active", "clock_event_reasons", "hex"),
+    ("temperature.gpu", "temperature.gpu", "int"),
+    ("pcie.link.gen.current", "pcie.gen_current", "int"),
+    ("pcie.link.gen.max", "pcie.gen_max", "int"),
+    ("pcie.link.width.current", "pcie.width_current", "int"),
+    ("pcie.link.width.max", "pcie.width_max", "int"),
+    ("compute_mode", "compute_mode", "lower"),
+    ("mig.mode.current", "mig.current", "enabled"),
+    ("mig.mode.pending", "mig.pending", "enabled"),
+)
+
+# Drivers before 535 call the clock event reasons "throttle reasons".
+LEGACY_NAMES = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
+
+# Fields of the pynvml shape that nvidia-smi --query-gpu cannot give.
+NOT_OFFERED = (
+    "architecture", "remapped_rows", "retired_pages", "temperature.slowdown", "temperature.shutdown",
+    "temperature.gpu_max", "nvlink", "cpu_affinity", "numa_node", "processes", "pci_device_id",
+)
+
+_MISSING = ("", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[insufficient permissions]")
+
+
+class NvidiaSmiError(Exception):
+    pass
+
+
+def query_args(binary, legacy=False):
+    names = [LEGACY_NAMES.get(f[0], f[0]) if legacy else f[0] for f in FIELDS]
+    return [binary, "--query-gpu=" + ",".join(names), "--format=csv,noheader,nounits"]
+
+
+def _convert(raw, kind):
+    value = raw.strip()
+    if value.lower() in _MISSING:
+        return None, value or "empty"
+    try:
+        if kind == "int":
+            return int(float(value)), None
+        if kind == "float":
+            return round(float(value), 3), None
+        if kind == "enabled":
+            low = value.lower()
+            if low in ("enabled", "on", "1", "yes"):
+                return True, None
+            if low in ("disabled", "off", "0", "no"):
+                return False, None
+            return None, "unexpected value %r" % value
+        if kind == "hex":
+            return int(value, 16), None
+        if kind == "lower":
+            return value.lower(), None
+    except ValueError:
+        return None, "unexpected value %r" % value
+    return value, None
+
+
+def _set(d, dotted, value):
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        d = d.setdefault(p, {})
+    d[parts[-1]] = value
+
+
+def parse(output):
+    """Parse ``--format=csv,noheader,nounits`` output of query_args() into (driver_version, gpus)."""
+    gpus = []
+    driver = None
+    for lineno, row in enumerate(csv.reader(output.splitlines(), skipinitialspace=True), 1):
+        if not row or not "".join(row).strip():
+            continue
+        if len(row) != len(FIELDS):
+            raise NvidiaSmiError("nvidia-smi line %d has %d fields, expected %d: %r"
+                                 % (lineno, len(row), len(FIELDS), ",".join(row)[:200]))
+        gpu = {}
+        unsupported = {}
+        for (query, dotted, kind), raw in zip(FIELDS, row):
+            value, reason = _convert(raw, kind)
+            if reason is not None:
+                unsupported[dotted] = "nvidia-smi: %s" % reason
+            _set(gpu, dotted, value)
+        driver = driver or gpu.pop("driver_version", None)
+        gpu.pop("driver_version", None)
+        unsupported.pop("driver_version", None)
+        mem = gpu["memory"]
+        mem["used_pct"] = (round(100.0 * mem["used_mib"] / mem["total_mib"], 1)
+                           if mem.get("total_mib") and mem.get("used_mib") is not None else None)
+        mask = gpu.pop("clock_event_reasons")
+        if mask is None:
+            gpu["clock_event_reasons"] = None
+        else:
+            names = decoders.decode_clock_event_reasons(mask)
+            gpu["clock_event_reasons"] = {"mask": "0x%016x" % mask, "active": names,
+                                          "throttling": decoders.throttling_reasons(names)}
+        if gpu["mig"].get("current") is None:
+            gpu["mig"] = None
+        for dotted in NOT_OFFERED:
+            _set(gpu, dotted, None)
+            unsupported[dotted] = "not available from nvidia-smi"
+        gpu["lost"] = False
+        gpu["unsupported"] = unsupported
+        gpu["source"] = "nvidia-smi"
+        gpus.append(gpu)
+    return driver, gpus
+
+
+def collect(module, binary):
+    """Run nvidia-smi (retrying with pre-535 field names) and parse it. Raises NvidiaSmiError."""
+    last = ""
+    for legacy in (False, True):
+        rc, out, err = module.run_command(query_args(binary, legacy))
+        if rc == 0:
+            return parse(out)
+        last = (err or out or "").strip()
+        if "not a valid field" not in last:
+            break
+    raise NvidiaSmiError("nvidia-smi failed: %s" % (last.splitlines()[0] if last else "no output"))

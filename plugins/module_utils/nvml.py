@@ -1,0 +1,365 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Read the state of a host's NVIDIA GPUs through NVML (pynvml from nvidia-ml-py).
+
+Design rules, from NVML's documented behaviour rather than any one driver:
+
+* any single query may fail with NotSupported, NoPermission, FunctionNotFound (an older
+  driver without the symbol) or another NVML error: the field becomes ``None`` and the
+  reason goes into the GPU's ``unsupported`` map, the rest is still read;
+* a GPU that reports GpuIsLost is marked ``lost`` and left alone; other GPUs are still read;
+* a host without a usable library or driver is a fact (``nvml.available: false``), not a failure.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
+from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
+
+MIB = 1024 * 1024
+# Enough 64-bit words for 4096 logical CPUs; NVML fills only what the host has.
+CPU_SET_WORDS = 64
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be used on this host (library missing, driver not loaded, ...)."""
+
+
+def error_name(exc):
+    """Short, stable name of an NVML error: NVMLError_NotSupported -> "NotSupported"."""
+    name = type(exc).__name__
+    if name.startswith("NVMLError_"):
+        return name[len("NVMLError_"):]
+    if name == "NVMLLibraryMismatchError":
+        return "FunctionNotFound"
+    return "%s: %s" % (name, exc)
+
+
+def load_pynvml(library=None):
+    """Import pynvml and bind it to ``library`` (a path) when given.
+
+    Raises ImportError when nvidia-ml-py is not installed, and OSError when ``library``
+    cannot be loaded.
+    """
+    import pynvml  # noqa: F401  (imported here so that hosts without it can fall back)
+
+    if library:
+        import ctypes
+
+        # pynvml only ever loads "libnvidia-ml.so.1"; point it at the library the operator named.
+        pynvml.nvmlLib = ctypes.CDLL(library)
+        cache = getattr(pynvml, "_nvmlGetFunctionPointer_cache", None)
+        if isinstance(cache, dict):
+            cache.clear()
+    return pynvml
+
+
+class _Gpu:
+    """Collects one GPU's fields, recording every field NVML cannot give."""
+
+    def __init__(self, nv, handle, index):
+        self.nv = nv
+        self.handle = handle
+        self.unsupported = {}
+        self.lost = False
+        self.data = {"index": index}
+
+    def call(self, field, fn, *args):
+        """Run an NVML getter for ``field``; None (and a recorded reason) on any error."""
+        if self.lost:
+            return None
+        try:
+            return fn(self.handle, *args)
+        except self.nv.NVMLError as exc:
+            reason = error_name(exc)
+            if reason == "GpuIsLost":
+                self.lost = True
+            self.unsupported[field] = reason
+        except self.nv.NVMLLibraryMismatchError:
+            self.unsupported[field] = "FunctionNotFound"
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            self.unsupported[field] = "bad value from NVML: %s" % exc
+        return None
+
+
+def _text(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def _watts(milliwatts):
+    return None if milliwatts is None else round(int(milliwatts) / 1000.0, 3)
+
+
+def _mib(nbytes):
+    return None if nbytes is None else int(nbytes) // MIB
+
+
+def _bool(value):
+    return None if value is None else bool(int(value))
+
+
+def _pair(value):
+    """(current, pending) lists from NVML -> two booleans or (None, None)."""
+    if value is None:
+        return None, None
+    return bool(int(value[0])), bool(int(value[1]))
+
+
+def _sysfs_bus_id(pci_bus_id):
+    """NVML "00000000:18:00.0" -> sysfs "0000:18:00.0" (lower case, 4-digit domain)."""
+    if not pci_bus_id:
+        return None
+    domain, _, rest = pci_bus_id.lower().partition(":")
+    return "%s:%s" % (domain[-4:].rjust(4, "0"), rest)
+
+
+def read_gpu(nv, handle, index, fs):
+    g = _Gpu(nv, handle, index)
+    d = g.data
+
+    d["name"] = _text(g.call("name", nv.nvmlDeviceGetName))
+    d["uuid"] = _text(g.call("uuid", nv.nvmlDeviceGetUUID))
+    pci = g.call("pci_bus_id", nv.nvmlDeviceGetPciInfo)
+    d["pci_bus_id"] = _text(pci.busId) if pci is not None else None
+    d["pci_device_id"] = ("0x%08X" % pci.pciDeviceId) if pci is not None else None
+    d["architecture"] = decoders.architecture_name(g.call("architecture", nv.nvmlDeviceGetArchitecture))
+
+    mem = g.call("memory", nv.nvmlDeviceGetMemoryInfo)
+    if mem is not None:
+        total, used = int(mem.total), int(mem.used)
+        d["memory"] = {
+            "total_mib": _mib(total),
+            "used_mib": _mib(used),
+            "free_mib": _mib(mem.free),
+            "used_pct": round(100.0 * used / total, 1) if total else None,
+        }
+    else:
+        d["memory"] = None
+
+    d["persistence_mode"] = _bool(g.call("persistence_mode", nv.nvmlDeviceGetPersistenceMode))
+
+    constraints = g.call("power.min_limit_w", nv.nvmlDeviceGetPowerManagementLimitConstraints)
+    if constraints is None and "power.min_limit_w" in g.unsupported:
+        g.unsupported["power.max_limit_w"] = g.unsupported["power.min_limit_w"]
+    d["power"] = {
+        "usage_w": _watts(g.call("power.usage_w", nv.nvmlDeviceGetPowerUsage)),
+        "limit_w": _watts(g.call("power.limit_w", nv.nvmlDeviceGetPowerManagementLimit)),
+        "default_limit_w": _watts(g.call("power.default_limit_w", nv.nvmlDeviceGetPowerManagementDefaultLimit)),
+        "min_limit_w": _watts(constraints[0]) if constraints is not None else None,
+        "max_limit_w": _watts(constraints[1]) if constraints is not None else None,
+        "enforced_limit_w": _watts(g.call("power.enforced_limit_w", nv.nvmlDeviceGetEnforcedPowerLimit)),
+    }
+
+    ecc_current, ecc_pending = _pair(g.call("ecc.current", nv.nvmlDeviceGetEccMode))
+    if "ecc.current" in g.unsupported:
+        g.unsupported["ecc.pending"] = g.unsupported["ecc.current"]
+    unc = nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    cor = nv.NVML_MEMORY_ERROR_TYPE_CORRECTED
+    d["ecc"] = {
+        "current": ecc_current,
+        "pending": ecc_pending,
+        "volatile_uncorrected": g.call("ecc.volatile_uncorrected", nv.nvmlDeviceGetTotalEccErrors,
+                                       unc, nv.NVML_VOLATILE_ECC),
+        "aggregate_uncorrected": g.call("ecc.aggregate_uncorrected", nv.nvmlDeviceGetTotalEccErrors,
+                                        unc, nv.NVML_AGGREGATE_ECC),
+        "volatile_corrected": g.call("ecc.volatile_corrected", nv.nvmlDeviceGetTotalEccErrors,
+                                     cor, nv.NVML_VOLATILE_ECC),
+        "aggregate_corrected": g.call("ecc.aggregate_corrected", nv.nvmlDeviceGetTotalEccErrors,
+                                      cor, nv.NVML_AGGREGATE_ECC),
+    }
+
+    rows = g.call("remapped_rows", nv.nvmlDeviceGetRemappedRows)
+    d["remapped_rows"] = None if rows is None else {
+        "corrected": int(rows[0]),
+        "uncorrected": int(rows[1]),
+        "pending": bool(int(rows[2])),
+        "failure": bool(int(rows[3])),
+    }
+    sbe = g.call("retired_pages", nv.nvmlDeviceGetRetiredPages,
+                 nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+    dbe = None
+    pending = None
+    if sbe is not None:
+        dbe = g.call("retired_pages", nv.nvmlDeviceGetRetiredPages, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+        pending = g.call("retired_pages.pending", nv.nvmlDeviceGetRetiredPagesPendingStatus)
+    d["retired_pages"] = None if sbe is None or dbe is None else {
+        "single_bit": len(sbe),
+        "double_bit": len(dbe),
+        "pending": _bool(pending),
+    }
+
+    clocks = {}
+    for kind, const in (("graphics", nv.NVML_CLOCK_GRAPHICS), ("sm", nv.NVML_CLOCK_SM), ("mem", nv.NVML_CLOCK_MEM)):
+        clocks[kind] = g.call("clocks." + kind, nv.nvmlDeviceGetClockInfo, const)
+        clocks["max_" + kind] = g.call("clocks.max_" + kind, nv.nvmlDeviceGetMaxClockInfo, const)
+    for kind, const in (("graphics", nv.NVML_CLOCK_GRAPHICS), ("mem", nv.NVML_CLOCK_MEM)):
+        clocks["app_" + kind] = g.call("clocks.app_" + kind, nv.nvmlDeviceGetApplicationsClock, const)
+        clocks["default_app_" + kind] = g.call("clocks.default_app_" + kind,
+                                               nv.nvmlDeviceGetDefaultApplicationsClock, const)
+    d["clocks"] = clocks
+
+    d["clock_event_reasons"] = _clock_event_reasons(g, nv)
+
+    d["temperature"] = {
+        "gpu": g.call("temperature.gpu", nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU),
+        "slowdown": g.call("temperature.slowdown", nv.nvmlDeviceGetTemperatureThreshold,
+                           nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+        "shutdown": g.call("temperature.shutdown", nv.nvmlDeviceGetTemperatureThreshold,
+                           nv.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
+        "gpu_max": g.call("temperature.gpu_max", nv.nvmlDeviceGetTemperatureThreshold,
+                          nv.NVML_TEMPERATURE_THRESHOLD_GPU_MAX),
+    }
+
+    d["pcie"] = {
+        "gen_current": g.call("pcie.gen_current", nv.nvmlDeviceGetCurrPcieLinkGeneration),
+        "width_current": g.call("pcie.width_current", nv.nvmlDeviceGetCurrPcieLinkWidth),
+        "gen_max": g.call("pcie.gen_max", nv.nvmlDeviceGetMaxPcieLinkGeneration),
+        "width_max": g.call("pcie.width_max", nv.nvmlDeviceGetMaxPcieLinkWidth),
+    }
+
+    d["compute_mode"] = decoders.compute_mode_name(g.call("compute_mode", nv.nvmlDeviceGetComputeMode))
+
+    mig_current, mig_pending = _pair(g.call("mig.current", nv.nvmlDeviceGetMigMode))
+    if "mig.current" in g.unsupported:
+        g.unsupported["mig.pending"] = g.unsupported["mig.current"]
+    d["mig"] = None if mig_current is None else {"current": mig_current, "pending": mig_pending}
+
+    d["nvlink"] = _nvlink(g, nv)
+
+    words = g.call("cpu_affinity", nv.nvmlDeviceGetCpuAffinity, CPU_SET_WORDS)
+    d["cpu_affinity"] = decoders.cpus_to_cpulist(decoders.mask_words_to_cpus(words)) if words is not None else None
+    d["numa_node"] = _numa_node(g, nv, fs, d["pci_bus_id"])
+
+    procs = g.call("processes", nv.nvmlDeviceGetComputeRunningProcesses)
+    d["processes"] = None if procs is None else [
+        {"pid": int(p.pid), "used_memory_mib": _mib(p.usedGpuMemory)} for p in procs
+    ]
+
+    d["lost"] = g.lost
+    if g.lost:
+        # Whatever was read before the GPU fell off the bus is kept; the rest is unknown.
+        g.unsupported = {k: v for k, v in g.unsupported.items() if v != "GpuIsLost"}
+    d["unsupported"] = g.unsupported
+    return d
+
+
+def _clock_event_reasons(g, nv):
+    mask = g.call("clock_event_reasons", nv.nvmlDeviceGetCurrentClocksEventReasons)
+    if mask is None and g.unsupported.get("clock_event_reasons") == "FunctionNotFound":
+        # Drivers before 535 only have the deprecated "throttle reasons" name for the same bits.
+        del g.unsupported["clock_event_reasons"]
+        mask = g.call("clock_event_reasons", nv.nvmlDeviceGetCurrentClocksThrottleReasons)
+    if mask is None:
+        return None
+    names = decoders.decode_clock_event_reasons(mask)
+    return {
+        "mask": "0x%016x" % int(mask),
+        "active": names,
+        "throttling": decoders.throttling_reasons(names),
+    }
+
+
+def _nvlink(g, nv):
+    total = 0
+    up = 0
+    first_error = None
+    for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
+        if g.lost:
+            return None
+        try:
+            state = nv.nvmlDeviceGetNvLinkState(g.handle, link)
+        except nv.NVMLError as exc:
+            reason = error_name(exc)
+            if reason == "GpuIsLost":
+                g.lost = True
+                return None
+            if first_error is None:
+                first_error = reason
+            if reason in ("FunctionNotFound", "NoPermission"):
+                break
+            continue
+        total += 1
+        if int(state) == nv.NVML_FEATURE_ENABLED:
+            up += 1
+    if total == 0:
+        g.unsupported["nvlink"] = first_error or "NotSupported"
+        return None
+    return {"up": up, "total": total}
+
+
+def _numa_node(g, nv, fs, pci_bus_id):
+    """NVML's answer when it has one, else the kernel's view of the GPU's PCI device."""
+    fn = getattr(nv, "nvmlDeviceGetNumaNodeId", None)
+    node = g.call("numa_node", fn) if fn is not None else None
+    if node is not None:
+        return int(node)
+    bus = _sysfs_bus_id(pci_bus_id)
+    text = fs.read("/sys/bus/pci/devices/%s/numa_node" % bus) if bus else None
+    if text is not None and text.strip().lstrip("-").isdigit():
+        value = int(text.strip())
+        g.unsupported.pop("numa_node", None)
+        # -1: the platform has no NUMA information for this device.
+        return value if value >= 0 else None
+    g.unsupported.setdefault("numa_node", "NotSupported")
+    return None
+
+
+def read_driver(nv, fs):
+    """Host-wide driver facts: driver, NVML and CUDA driver versions."""
+    unsupported = {}
+
+    def sys_call(field, fn):
+        try:
+            return _text(fn())
+        except nv.NVMLError as exc:
+            unsupported[field] = error_name(exc)
+        return None
+
+    cuda = sys_call("cuda_driver_version", nv.nvmlSystemGetCudaDriverVersion_v2)
+    if cuda is None:
+        # The _v2 call needs libcuda.so.1; the plain one only needs the driver.
+        unsupported.pop("cuda_driver_version", None)
+        cuda = sys_call("cuda_driver_version", nv.nvmlSystemGetCudaDriverVersion)
+    return {
+        "version": sys_call("version", nv.nvmlSystemGetDriverVersion),
+        "nvml_version": sys_call("nvml_version", nv.nvmlSystemGetNVMLVersion),
+        "cuda_driver_version": decoders.cuda_version_string(cuda) if cuda else None,
+        "cuda_driver_version_int": int(cuda) if cuda else None,
+        "unsupported": unsupported,
+    }
+
+
+def collect(nv, fs=None):
+    """Everything NVML says about this host. Raises NvmlUnavailable when NVML cannot start."""
+    fs = fs or HostFS("/")
+    try:
+        nv.nvmlInit()
+    except nv.NVMLError as exc:
+        raise NvmlUnavailable("NVML could not be initialised: %s (%s)" % (error_name(exc), exc))
+    try:
+        driver = read_driver(nv, fs)
+        try:
+            count = int(nv.nvmlDeviceGetCount())
+        except nv.NVMLError as exc:
+            raise NvmlUnavailable("NVML could not count GPUs: %s" % error_name(exc))
+        gpus = []
+        for index in range(count):
+            try:
+                handle = nv.nvmlDeviceGetHandleByIndex(index)
+            except nv.NVMLError as exc:
+                reason = error_name(exc)
+                gpus.append({"index": index, "lost": reason == "GpuIsLost", "error": reason,
+                             "unsupported": {}})
+                continue
+            gpus.append(read_gpu(nv, handle, index, fs))
+        return driver, gpus
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except nv.NVMLError:
+            pass

@@ -1,0 +1,290 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_info
+short_description: Gather the state of a host's NVIDIA GPUs and driver stack
+version_added: "0.1.0"
+description:
+  - Reads, through NVML (C(pynvml) from the C(nvidia-ml-py) package), the driver, NVML and CUDA driver
+    versions and, for every GPU, identity, memory, persistence mode, power limits, ECC and memory
+    repair counters, clocks and clock event (throttle) reasons, temperatures and thresholds, PCIe link,
+    compute and MIG modes, NVLink, CPU affinity and NUMA node, and compute processes.
+  - Also reads the loaded kernel module version, installed CUDA toolkits and the nvidia-fabricmanager version.
+  - A field a GPU does not support is V(null) and listed, with the NVML reason, under that GPU's C(unsupported).
+    A lost GPU is reported with C(lost=true) while the other GPUs are still read.
+  - A host without a usable driver is a fact, not a failure; C(nvml.available) is V(false) and C(gpus) is empty.
+  - When C(pynvml) cannot be imported on the target, the module falls back to C(nvidia-smi --query-gpu)
+    for the fields it offers (C(source=nvidia-smi)).
+  - This module never changes anything.
+author:
+  - gpufleet team
+options:
+  backend:
+    description:
+      - Where to read GPU state from.
+      - V(auto) uses C(pynvml) when it can be imported and C(nvidia-smi) otherwise.
+    type: str
+    choices: [auto, pynvml, nvidia-smi]
+    default: auto
+  nvml_library:
+    description:
+      - Path of C(libnvidia-ml.so.1) for hosts with the driver installed outside the loader's search path.
+      - The path must exist; by default the dynamic loader finds the library.
+    type: path
+  nvidia_smi_path:
+    description:
+      - Path of C(nvidia-smi) for the fallback backend; by default it is searched in C(PATH).
+    type: path
+  root:
+    description:
+      - Root of the file system that C(/proc), C(/sys) and C(/usr/local) are read from.
+      - Useful to inspect a mounted image; NVML always reports the running host.
+    type: path
+    default: /
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads.
+  diff_mode:
+    support: none
+    details: The module only reads.
+requirements:
+  - nvidia-ml-py (import name C(pynvml)) on the target, or C(nvidia-smi) for the fallback.
+notes:
+  - Power values are in watts, memory in MiB, clocks in MHz, temperatures in degrees Celsius.
+  - An idle GPU lowers its PCIe link generation; compare C(pcie.gen_current) with C(pcie.gen_max) only under load.
+seealso:
+  - name: NVML API reference
+    description: NVIDIA Management Library documentation.
+    link: https://docs.nvidia.com/deploy/nvml-api/
+"""
+
+EXAMPLES = r"""
+- name: Read GPU state
+  gpufleet.tuning.gpu_info:
+  register: gpu
+
+- name: Show GPUs whose power limit is below the default
+  ansible.builtin.debug:
+    msg: "GPU {{ item.index }} is capped at {{ item.power.limit_w }} W"
+  loop: "{{ gpu.gpus | selectattr('power', 'defined') | list }}"
+  when: item.power.limit_w is not none and item.power.limit_w < item.power.default_limit_w
+
+- name: Driver installed in a non-standard place
+  gpufleet.tuning.gpu_info:
+    nvml_library: /opt/nvidia/lib64/libnvidia-ml.so.1
+"""
+
+RETURN = r"""
+nvml:
+  description: Whether NVML (or the fallback) could be used on this host.
+  returned: always
+  type: dict
+  contains:
+    available:
+      description: V(true) when GPU state could be read.
+      type: bool
+    source:
+      description: V(pynvml) or V(nvidia-smi); V(null) when nothing could be read.
+      type: str
+    error:
+      description: Why GPU state could not be read, V(null) otherwise.
+      type: str
+    library:
+      description: The C(nvml_library) option when given.
+      type: str
+  sample: {available: true, source: pynvml, error: null, library: null}
+driver:
+  description: Versions of the NVIDIA software stack on the host.
+  returned: always
+  type: dict
+  contains:
+    version:
+      description: Driver version as NVML reports it (or nvidia-smi).
+      type: str
+      sample: 550.90.07
+    branch:
+      description: Driver branch (major version).
+      type: int
+      sample: 550
+    nvml_version:
+      description: NVML library version.
+      type: str
+    cuda_driver_version:
+      description: Highest CUDA version the driver supports, C(major.minor).
+      type: str
+      sample: "12.4"
+    cuda_driver_version_int:
+      description: The same as NVML encodes it (major*1000 + minor*10).
+      type: int
+      sample: 12040
+    kernel_module_version:
+      description: Version of the loaded C(nvidia) kernel module; V(null) when it is not loaded.
+      type: str
+    cuda_toolkits:
+      description: CUDA toolkits found under C(/usr/local/cuda-*), with the one C(/usr/local/cuda) points at marked C(default).
+      type: list
+      elements: dict
+    fabricmanager_version:
+      description: Version of nvidia-fabricmanager when installed.
+      type: str
+    unsupported:
+      description: Driver-level fields NVML could not give, with the reason.
+      type: dict
+gpu_count:
+  description: Number of GPUs found.
+  returned: always
+  type: int
+  sample: 8
+gpus:
+  description:
+    - One entry per GPU, in NVML index order. Every key is present; a value NVML cannot give is V(null)
+      and its dotted name is a key of C(unsupported).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index: {description: NVML index., type: int}
+    name: {description: Product name., type: str, sample: NVIDIA H100 80GB HBM3}
+    uuid: {description: GPU UUID., type: str}
+    pci_bus_id: {description: PCI bus id as NVML reports it., type: str, sample: "00000000:18:00.0"}
+    pci_device_id: {description: Combined PCI device and vendor id., type: str, sample: "0x233010DE"}
+    architecture: {description: Architecture name (ampere, ada, hopper, ...)., type: str}
+    memory:
+      description: Frame buffer memory in MiB (C(total_mib), C(used_mib), C(free_mib)) and C(used_pct).
+      type: dict
+    persistence_mode: {description: Persistence mode enabled., type: bool}
+    power:
+      description: >-
+        C(usage_w), C(limit_w), C(default_limit_w), C(min_limit_w), C(max_limit_w), C(enforced_limit_w), in watts.
+      type: dict
+    ecc:
+      description: >-
+        C(current) and C(pending) ECC mode, C(volatile_uncorrected), C(aggregate_uncorrected),
+        C(volatile_corrected), C(aggregate_corrected) error counts.
+      type: dict
+    remapped_rows:
+      description: Row remapping (Ampere and later) C(corrected), C(uncorrected), C(pending), C(failure).
+      type: dict
+    retired_pages:
+      description: Page retirement (before Ampere) C(single_bit), C(double_bit), C(pending).
+      type: dict
+    clocks:
+      description: >-
+        MHz: C(graphics), C(sm), C(mem) current; C(max_*); application C(app_graphics), C(app_mem);
+        C(default_app_graphics), C(default_app_mem).
+      type: dict
+    clock_event_reasons:
+      description: >-
+        C(mask) (hex), C(active) reason names, and C(throttling), the subset that means power or thermal throttling.
+      type: dict
+    temperature: {description: C(gpu) now and the C(slowdown), C(shutdown), C(gpu_max) thresholds., type: dict}
+    pcie: {description: C(gen_current), C(width_current), C(gen_max), C(width_max)., type: dict}
+    compute_mode: {description: default, exclusive_process or prohibited., type: str}
+    mig: {description: MIG mode C(current) and C(pending)., type: dict}
+    nvlink: {description: NVLink links C(up) of C(total)., type: dict}
+    cpu_affinity: {description: CPUs close to the GPU in cpulist form., type: str, sample: "0-55,112-167"}
+    numa_node: {description: NUMA node of the GPU., type: int}
+    processes: {description: Compute processes, C(pid) and C(used_memory_mib)., type: list}
+    lost: {description: The GPU fell off the bus (NVML GpuIsLost)., type: bool}
+    unsupported: {description: Dotted field name to the reason it is null., type: dict}
+    source: {description: Where the values came from (pynvml or nvidia-smi)., type: str}
+"""
+
+import os
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders, nvidia_smi, nvml, software
+from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
+
+
+def _read_pynvml(module, fs):
+    """(nvml status, driver, gpus) through pynvml; raises ImportError when pynvml is absent."""
+    library = module.params["nvml_library"]
+    try:
+        nv = nvml.load_pynvml(library)
+    except OSError as exc:
+        module.fail_json(msg="nvml_library: cannot load %s: %s" % (library, exc))
+    try:
+        driver, gpus = nvml.collect(nv, fs)
+    except nvml.NvmlUnavailable as exc:
+        return {"available": False, "source": "pynvml", "error": str(exc)}, {}, []
+    for gpu in gpus:
+        gpu["source"] = "pynvml"
+    return {"available": True, "source": "pynvml", "error": None}, driver, gpus
+
+
+def _read_nvidia_smi(module, pynvml_error=None):
+    binary = module.params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi")
+    prefix = "%s; " % pynvml_error if pynvml_error else ""
+    if not binary:
+        return {"available": False, "source": None, "error": prefix + "nvidia-smi not found in PATH"}, {}, []
+    if not os.access(binary, os.X_OK):
+        module.fail_json(msg="nvidia_smi_path: %s is not an executable file" % binary)
+    try:
+        version, gpus = nvidia_smi.collect(module, binary)
+    except nvidia_smi.NvidiaSmiError as exc:
+        return {"available": False, "source": "nvidia-smi", "error": prefix + str(exc)}, {}, []
+    return ({"available": True, "source": "nvidia-smi", "error": None},
+            {"version": version, "unsupported": {"nvml_version": "not available from nvidia-smi",
+                                                 "cuda_driver_version": "not available from nvidia-smi"}},
+            gpus)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            backend=dict(type="str", default="auto", choices=["auto", "pynvml", "nvidia-smi"]),
+            nvml_library=dict(type="path"),
+            nvidia_smi_path=dict(type="path"),
+            root=dict(type="path", default="/"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["nvml_library"] and not os.path.isfile(params["nvml_library"]):
+        module.fail_json(msg="nvml_library: no such file: %s (give the path of libnvidia-ml.so.1)"
+                         % params["nvml_library"])
+    if params["nvidia_smi_path"] and not os.path.isfile(params["nvidia_smi_path"]):
+        module.fail_json(msg="nvidia_smi_path: no such file: %s" % params["nvidia_smi_path"])
+    if not os.path.isdir(params["root"]):
+        module.fail_json(msg="root: not a directory: %s" % params["root"])
+
+    fs = HostFS(params["root"])
+    backend = params["backend"]
+    if backend == "nvidia-smi":
+        status, driver, gpus = _read_nvidia_smi(module)
+    else:
+        try:
+            status, driver, gpus = _read_pynvml(module, fs)
+        except ImportError:
+            if backend == "pynvml":
+                module.fail_json(msg="backend=pynvml but pynvml cannot be imported on the target "
+                                     "(install nvidia-ml-py, or use backend=auto for the nvidia-smi fallback)",
+                                 exception=traceback.format_exc())
+            status, driver, gpus = _read_nvidia_smi(module, "pynvml not importable")
+    status["library"] = params["nvml_library"]
+
+    driver = dict(driver or {})
+    for key in ("version", "nvml_version", "cuda_driver_version", "cuda_driver_version_int"):
+        driver.setdefault(key, None)
+    driver.setdefault("unsupported", {})
+    driver["branch"] = decoders.driver_branch(driver["version"])
+    driver["kernel_module_version"] = software.kernel_module_version(fs)
+    driver["cuda_toolkits"] = software.cuda_toolkits(fs)
+    driver["fabricmanager_version"] = software.fabricmanager_version(module, fs)
+
+    module.exit_json(changed=False, nvml=status, driver=driver, gpus=gpus, gpu_count=len(gpus))
+
+
+if __name__ == "__main__":
+    main()
