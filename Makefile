@@ -44,6 +44,7 @@ $(SIM_LIB): $(wildcard tests/sim/nvml/*.c tests/sim/nvml/*.h) tests/sim/nvml/Mak
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ansible-lint -q
 
 unit: $(VENV)/.installed-test
 	$(BIN)/pytest -q tests/unit
