@@ -22,7 +22,9 @@ if str(REPO / ".collections") not in sys.path:
 
 def load_profiles():
     """tests/sim/nvml/profiles.py as a module (it is also a CLI, not a package)."""
-    spec = importlib.util.spec_from_file_location("gpufleet_sim_profiles", REPO / "tests" / "sim" / "nvml" / "profiles.py")
+    spec = importlib.util.spec_from_file_location(
+        "gpufleet_sim_profiles", REPO / "tests" / "sim" / "nvml" / "profiles.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("gpufleet_sim_profiles", module)
     spec.loader.exec_module(module)

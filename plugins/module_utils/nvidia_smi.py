@@ -124,7 +124,7 @@ def parse(output):
                                  % (lineno, len(row), len(FIELDS), ",".join(row)[:200]))
         gpu = {}
         unsupported = {}
-        for (query, dotted, kind), raw in zip(FIELDS, row):
+        for (_query, dotted, kind), raw in zip(FIELDS, row, strict=False):
             value, reason = _convert(raw, kind)
             if reason is not None:
                 unsupported[dotted] = "nvidia-smi: %s" % reason

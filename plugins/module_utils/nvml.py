@@ -340,13 +340,13 @@ def collect(nv, fs=None):
     try:
         nv.nvmlInit()
     except nv.NVMLError as exc:
-        raise NvmlUnavailable("NVML could not be initialised: %s (%s)" % (error_name(exc), exc))
+        raise NvmlUnavailable("NVML could not be initialised: %s (%s)" % (error_name(exc), exc)) from exc
     try:
         driver = read_driver(nv, fs)
         try:
             count = int(nv.nvmlDeviceGetCount())
         except nv.NVMLError as exc:
-            raise NvmlUnavailable("NVML could not count GPUs: %s" % error_name(exc))
+            raise NvmlUnavailable("NVML could not count GPUs: %s" % error_name(exc)) from exc
         gpus = []
         for index in range(count):
             try:

@@ -130,7 +130,8 @@ driver:
       description: Version of the loaded C(nvidia) kernel module; V(null) when it is not loaded.
       type: str
     cuda_toolkits:
-      description: CUDA toolkits found under C(/usr/local/cuda-*), with the one C(/usr/local/cuda) points at marked C(default).
+      description: >-
+        CUDA toolkits found under C(/usr/local/cuda-*); the one C(/usr/local/cuda) points at is marked C(default).
       type: list
       elements: dict
     fabricmanager_version:

@@ -49,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     audit = sub.add_parser("audit", help="read GPU, host and network state of every host (read-only)")
-    audit.add_argument("-i", "--inventory", default=_default_inventory(), help="Ansible inventory (default: %(default)s)")
+    audit.add_argument(
+        "-i", "--inventory", default=_default_inventory(), help="Ansible inventory (default: %(default)s)"
+    )
     audit.add_argument("-l", "--limit", help="limit to these hosts/groups (Ansible pattern)")
     audit.add_argument("-f", "--forks", type=int, help="parallel hosts (default: ansible.cfg)")
     audit.add_argument("--report-dir", default="reports", help="where reports are written (default: %(default)s)")

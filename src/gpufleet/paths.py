@@ -28,9 +28,9 @@ def collection_root() -> Path:
     checkout = Path(__file__).resolve().parents[2]
     if _is_collection(checkout) and (checkout / "playbooks").is_dir():
         return checkout
-    for base in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "~/.ansible/collections:/usr/share/ansible/collections").split(
-        os.pathsep
-    ):
+    for base in os.environ.get(
+        "ANSIBLE_COLLECTIONS_PATH", "~/.ansible/collections:/usr/share/ansible/collections"
+    ).split(os.pathsep):
         candidate = Path(base).expanduser() / "ansible_collections" / "gpufleet" / "tuning"
         if _is_collection(candidate):
             return candidate.resolve()
@@ -47,5 +47,6 @@ def collections_path(root: Path, workdir: Path) -> str:
     if not link.exists():
         link.symlink_to(root, target_is_directory=True)
     extra = [str(root / ".collections")] if (root / ".collections").is_dir() else []
-    return os.pathsep.join([str(workdir), *extra, str(Path("~/.ansible/collections").expanduser()),
-                            "/usr/share/ansible/collections"])
+    return os.pathsep.join(
+        [str(workdir), *extra, str(Path("~/.ansible/collections").expanduser()), "/usr/share/ansible/collections"]
+    )

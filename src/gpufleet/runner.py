@@ -68,7 +68,9 @@ def run_playbook(
         if not name:
             return True
         if kind == "runner_on_ok":
-            res = {k: v for k, v in (data.get("res") or {}).items() if not k.startswith("_ansible") and k != "invocation"}
+            res = {
+                k: v for k, v in (data.get("res") or {}).items() if not k.startswith("_ansible") and k != "invocation"
+            }
             _host(hosts, name).results[data.get("task", "")] = res
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             h = _host(hosts, name)

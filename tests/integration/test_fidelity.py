@@ -72,8 +72,10 @@ def test_every_nvml_symbol_we_need_is_in_the_fake(sim_lib, capsys):
     lib = ctypes.CDLL(str(sim_lib))
     missing = sorted(s for s in symbols if not hasattr(lib, s))
     with capsys.disabled():
-        print(f"\nNVML fidelity: {len(symbols) - len(missing)}/{len(symbols)} symbols our code needs "
-              f"are in the simulated library ({len(names)} pynvml functions)")
+        print(
+            f"\nNVML fidelity: {len(symbols) - len(missing)}/{len(symbols)} symbols our code needs "
+            f"are in the simulated library ({len(names)} pynvml functions)"
+        )
     assert not missing, f"the simulated libnvidia-ml.so.1 lacks: {', '.join(missing)}"
 
 

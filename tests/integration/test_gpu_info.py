@@ -141,7 +141,11 @@ def expected_gpu(state: dict[str, str], i: int) -> dict:
     }
     mask = _i(g("clocks_event_reasons"))
     names = decoders.decode_clock_event_reasons(mask)
-    exp["clock_event_reasons"] = {"mask": "0x%016x" % mask, "active": names, "throttling": decoders.throttling_reasons(names)}
+    exp["clock_event_reasons"] = {
+        "mask": f"0x{mask:016x}",
+        "active": names,
+        "throttling": decoders.throttling_reasons(names),
+    }
     links = _i(g("nvlink_count") or "0")
     down = [x for x in (g("nvlink_down") or "").split(",") if x]
     exp["nvlink"] = {"up": links - len(down), "total": links} if links else None
@@ -167,7 +171,11 @@ def fleet(tmp_path_factory, profiles, sim_lib):
     tmp = tmp_path_factory.mktemp("gpu_info")
     states: dict[str, dict] = {}
     hosts: dict[str, dict] = {}
-    base = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "sim_lib_dir": str(sim_lib.parent)}
+    base = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "sim_lib_dir": str(sim_lib.parent),
+    }
 
     def add(name, profile, gpus, driver, overrides=(), **hostvars):
         path = tmp / f"{name}.state"
@@ -232,18 +240,27 @@ def fleet(tmp_path_factory, profiles, sim_lib):
         hosts[name]["smi_env"] = {"NVIDIA_SMI_FIXTURE": smi_fixture, **extra}
     add("smi_forced", None, 0, None, gpu_info_backend="nvidia-smi", sim_path=smi_path)
     hosts["smi_forced"]["smi_env"] = {"NVIDIA_SMI_FIXTURE": smi_fixture}
-    add("pynvml_forced_missing", None, 0, None, gpu_info_backend="pynvml",
-        ansible_python_interpreter=str(nopynvml / "bin" / "python"))
+    add(
+        "pynvml_forced_missing",
+        None,
+        0,
+        None,
+        gpu_info_backend="pynvml",
+        ansible_python_interpreter=str(nopynvml / "bin" / "python"),
+    )
 
     inventory = tmp / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
     playbook = tmp / "play.yml"
     # The stand-in nvidia-smi reads its fixture from the environment: merge smi_env into the play's environment.
     text = (HERE / "playbooks" / "gpu_info.yml").read_text()
-    text = text.replace('PATH: "{{ sim_path', 'NVIDIA_SMI_FIXTURE: "{{ (smi_env | default({})).NVIDIA_SMI_FIXTURE | default(\'\') }}"\n'
-                        '    NVIDIA_SMI_LEGACY: "{{ (smi_env | default({})).NVIDIA_SMI_LEGACY | default(\'0\') }}"\n'
-                        '    NVIDIA_SMI_NO_DRIVER: "{{ (smi_env | default({})).NVIDIA_SMI_NO_DRIVER | default(\'0\') }}"\n'
-                        '    PATH: "{{ sim_path')
+    text = text.replace(
+        'PATH: "{{ sim_path',
+        "NVIDIA_SMI_FIXTURE: \"{{ (smi_env | default({})).NVIDIA_SMI_FIXTURE | default('') }}\"\n"
+        "    NVIDIA_SMI_LEGACY: \"{{ (smi_env | default({})).NVIDIA_SMI_LEGACY | default('0') }}\"\n"
+        "    NVIDIA_SMI_NO_DRIVER: \"{{ (smi_env | default({})).NVIDIA_SMI_NO_DRIVER | default('0') }}\"\n"
+        '    PATH: "{{ sim_path',
+    )
     playbook.write_text(text)
     result = run_playbook(str(playbook), str(inventory), forks=8)
     assert set(result.hosts) == set(hosts), f"missing hosts: {set(hosts) - set(result.hosts)}"
@@ -319,7 +336,7 @@ def test_older_driver_without_symbols(fleet):
     assert res["driver"]["cuda_driver_version_int"] == int(state["cuda_driver_version"])
     assert res["driver"]["unsupported"] == {}
     for i, gpu in enumerate(res["gpus"]):
-        assert gpu["clock_event_reasons"]["mask"] == "0x%016x" % _i(state[f"gpu.{i}.clocks_event_reasons"])
+        assert gpu["clock_event_reasons"]["mask"] == "0x{:016x}".format(_i(state[f"gpu.{i}.clocks_event_reasons"]))
         # No nvmlDeviceGetNumaNodeId: the NUMA node comes from the kernel's view of the PCI device.
         assert gpu["numa_node"] == _i(state[f"gpu.{i}.numa_node"])
         assert "numa_node" not in gpu["unsupported"]

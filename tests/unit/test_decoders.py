@@ -31,7 +31,8 @@ def test_clock_event_reasons_rejects_negative():
 
 
 @pytest.mark.parametrize(
-    "value, text", [(12020, "12.2"), (12040, "12.4"), (12080, "12.8"), (13000, "13.0"), (11080, "11.8"), (12060, "12.6")]
+    "value, text",
+    [(12020, "12.2"), (12040, "12.4"), (12080, "12.8"), (13000, "13.0"), (11080, "11.8"), (12060, "12.6")],
 )
 def test_cuda_version(value, text):
     assert d.cuda_version_string(value) == text
@@ -89,10 +90,15 @@ def test_pcie_link():
 @pytest.mark.parametrize(
     "text, version",
     [
-        ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.90.07  Fri May 31 09:35:42 UTC 2024\n"
-         "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n", "550.90.07"),
-        ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  (dvs-builder@U16)\n",
-         "570.86.15"),
+        (
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.90.07  Fri May 31 09:35:42 UTC 2024\n"
+            "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n",
+            "550.90.07",
+        ),
+        (
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  (dvs-builder@U16)\n",
+            "570.86.15",
+        ),
         ("535.183.01\n", "535.183.01"),
         ("", None),
         ("garbage\n", None),
