@@ -26,6 +26,8 @@ FIELDS = (
     ("memory.used", "memory.used_mib", "int"),
     ("memory.free", "memory.free_mib", "int"),
     ("persistence_mode", "persistence_mode", "enabled"),
+    ("utilization.gpu", "utilization.gpu_pct", "int"),
+    ("utilization.memory", "utilization.memory_pct", "int"),
     ("power.draw", "power.usage_w", "float"),
     ("power.limit", "power.limit_w", "float"),
     ("power.default_limit", "power.default_limit_w", "float"),
@@ -144,6 +146,8 @@ def parse(output):
                                           "throttling": decoders.throttling_reasons(names)}
         if gpu["mig"].get("current") is None:
             gpu["mig"] = None
+        if gpu["utilization"].get("gpu_pct") is None:
+            gpu["utilization"] = None
         for dotted in NOT_OFFERED:
             _set(gpu, dotted, None)
             unsupported[dotted] = "not available from nvidia-smi"

@@ -143,6 +143,9 @@ def read_gpu(nv, handle, index, fs):
 
     d["persistence_mode"] = _bool(g.call("persistence_mode", nv.nvmlDeviceGetPersistenceMode))
 
+    util = g.call("utilization", nv.nvmlDeviceGetUtilizationRates)
+    d["utilization"] = None if util is None else {"gpu_pct": int(util.gpu), "memory_pct": int(util.memory)}
+
     constraints = g.call("power.min_limit_w", nv.nvmlDeviceGetPowerManagementLimitConstraints)
     if constraints is None and "power.min_limit_w" in g.unsupported:
         g.unsupported["power.max_limit_w"] = g.unsupported["power.min_limit_w"]

@@ -14,7 +14,7 @@ short_description: Gather the state of a host's NVIDIA GPUs and driver stack
 version_added: "0.1.0"
 description:
   - Reads, through NVML (C(pynvml) from the C(nvidia-ml-py) package), the driver, NVML and CUDA driver
-    versions and, for every GPU, identity, memory, persistence mode, power limits, ECC and memory
+    versions and, for every GPU, identity, memory, utilization, persistence mode, power limits, ECC and memory
     repair counters, clocks and clock event (throttle) reasons, temperatures and thresholds, PCIe link,
     compute and MIG modes, NVLink, CPU affinity and NUMA node, and compute processes.
   - Also reads the loaded kernel module version, installed CUDA toolkits and the nvidia-fabricmanager version.
@@ -163,6 +163,11 @@ gpus:
       description: Frame buffer memory in MiB (C(total_mib), C(used_mib), C(free_mib)) and C(used_pct).
       type: dict
     persistence_mode: {description: Persistence mode enabled., type: bool}
+    utilization:
+      description: >-
+        Percent of the last sample period the GPU was busy (C(gpu_pct)) and its memory was read or written
+        (C(memory_pct)).
+      type: dict
     power:
       description: >-
         C(usage_w), C(limit_w), C(default_limit_w), C(min_limit_w), C(max_limit_w), C(enforced_limit_w), in watts.

@@ -81,6 +81,7 @@ def expected_gpu(state: dict[str, str], i: int) -> dict:
             "used_pct": round(100.0 * used / total, 1),
         },
         "persistence_mode": b("persistence_mode"),
+        "utilization": {"gpu_pct": _i(g("utilization_gpu")), "memory_pct": _i(g("utilization_memory"))},
         "power": {
             "usage_w": w("power_usage_mw"),
             "limit_w": w("power_limit_mw"),

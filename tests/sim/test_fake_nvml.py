@@ -31,6 +31,7 @@ nvmlSystemGetNVMLVersion nvmlSystemGetCudaDriverVersion nvmlSystemGetCudaDriverV
 nvmlDeviceGetHandleByIndex_v2 nvmlDeviceGetHandleByUUID nvmlDeviceGetHandleByPciBusId_v2 nvmlDeviceGetIndex
 nvmlDeviceGetName nvmlDeviceGetUUID nvmlDeviceGetSerial nvmlDeviceGetPciInfo_v3 nvmlDeviceGetArchitecture
 nvmlDeviceGetMemoryInfo nvmlDeviceGetMemoryInfo_v2 nvmlDeviceGetPersistenceMode nvmlDeviceGetPowerUsage
+nvmlDeviceGetUtilizationRates
 nvmlDeviceGetPowerManagementLimit nvmlDeviceGetPowerManagementDefaultLimit nvmlDeviceGetPowerManagementLimitConstraints
 nvmlDeviceGetEnforcedPowerLimit nvmlDeviceGetEccMode nvmlDeviceGetTotalEccErrors nvmlDeviceGetRemappedRows
 nvmlDeviceGetRetiredPages nvmlDeviceGetRetiredPagesPendingStatus nvmlDeviceGetClockInfo nvmlDeviceGetMaxClockInfo
@@ -261,6 +262,9 @@ for i in range(r["gpu_count"]):
     r[p + "_mem"] = [m1.free, m2.total, m2.used, m2.free, m2.reserved]
     put("persistence_mode", N.nvmlDeviceGetPersistenceMode)
     put("power_usage_mw", N.nvmlDeviceGetPowerUsage)
+    util = res(N.nvmlDeviceGetUtilizationRates, h)
+    r[p + "utilization_gpu"] = util.gpu if hasattr(util, "gpu") else util
+    r[p + "utilization_memory"] = util.memory if hasattr(util, "memory") else util
     put("power_limit_mw", N.nvmlDeviceGetPowerManagementLimit)
     put("power_default_limit_mw", N.nvmlDeviceGetPowerManagementDefaultLimit)
     r[p + "power_min_limit_mw"], r[p + "power_max_limit_mw"] = N.nvmlDeviceGetPowerManagementLimitConstraints(h)
@@ -443,6 +447,7 @@ CALLS = {
     "nvmlDeviceGetMemoryInfo_v2": lambda h: N.nvmlDeviceGetMemoryInfo(h, version=N.nvmlMemory_v2).total,
     "nvmlDeviceGetPersistenceMode": lambda h: N.nvmlDeviceGetPersistenceMode(h),
     "nvmlDeviceGetPowerUsage": lambda h: N.nvmlDeviceGetPowerUsage(h),
+    "nvmlDeviceGetUtilizationRates": lambda h: N.nvmlDeviceGetUtilizationRates(h).gpu,
     "nvmlDeviceGetPowerManagementLimit": lambda h: N.nvmlDeviceGetPowerManagementLimit(h),
     "nvmlDeviceGetPowerManagementDefaultLimit": lambda h: N.nvmlDeviceGetPowerManagementDefaultLimit(h),
     "nvmlDeviceGetPowerManagementLimitConstraints": lambda h: N.nvmlDeviceGetPowerManagementLimitConstraints(h),

@@ -15,6 +15,7 @@ def test_parse_busy_a100s():
     assert g["pci_bus_id"] == "00000000:0F:00.0"
     assert g["memory"] == {"total_mib": 81920, "used_mib": 80301, "free_mib": 1219, "used_pct": 98.0}
     assert g["persistence_mode"] is False
+    assert g["utilization"] == {"gpu_pct": 95, "memory_pct": 61}
     assert g["power"]["limit_w"] == 300.0 and g["power"]["default_limit_w"] == 400.0
     assert g["ecc"]["current"] is True and g["ecc"]["aggregate_corrected"] == 41
     assert g["clocks"]["max_sm"] == 1410 and g["clocks"]["mem"] == 1593
@@ -39,7 +40,7 @@ def test_parse_not_supported_fields():
 
 
 def test_parse_rejects_wrong_field_count():
-    with pytest.raises(nvidia_smi.NvidiaSmiError, match="has 3 fields, expected 40"):
+    with pytest.raises(nvidia_smi.NvidiaSmiError, match="has 3 fields, expected 42"):
         nvidia_smi.parse("0, NVIDIA A100, x\n")
 
 

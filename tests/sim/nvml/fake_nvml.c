@@ -957,6 +957,18 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
     return dev_uint(__func__, device, "power_usage_mw", power);
 }
 
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
+{
+    unsigned int gpu = 0, mem = 0;
+    nvmlReturn_t r = dev_uint2(__func__, device, "utilization_gpu", utilization ? &gpu : NULL, "utilization_memory",
+                               utilization ? &mem : NULL);
+    if (r == NVML_SUCCESS) {
+        utilization->gpu = gpu;
+        utilization->memory = mem;
+    }
+    return r;
+}
+
 nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
 {
     return dev_uint(__func__, device, "power_limit_mw", limit);

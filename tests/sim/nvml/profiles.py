@@ -69,7 +69,8 @@ SYSTEM_KEYS = ("driver_version", "nvml_version", "cuda_driver_version", "require
 GPU_KEYS = (
     "index", "name", "uuid", "serial", "pci_bus_id", "pci_device_id", "pci_subsystem_id", "architecture",
     "memory_total", "memory_used", "persistence_mode",
-    "power_usage_mw", "power_limit_mw", "power_default_limit_mw", "power_min_limit_mw", "power_max_limit_mw",
+    "power_usage_mw", "utilization_gpu", "utilization_memory",
+    "power_limit_mw", "power_default_limit_mw", "power_min_limit_mw", "power_max_limit_mw",
     "enforced_power_limit_mw",
     "ecc_current", "ecc_pending", "ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
     "ecc_aggregate_uncorrected",
@@ -260,6 +261,8 @@ def _gpu_values(profile: str, spec: Mapping[str, str], i: int, gpus: int, seed: 
         "pci_bus_id": f"{i // len(HGX_BUSES):08X}:{HGX_BUSES[i % len(HGX_BUSES)]}:00.0",
         "persistence_mode": "1",
         "power_usage_mw": str(int(spec["_idle_power_mw"]) + (i * 1373) % 4000),
+        "utilization_gpu": "0",
+        "utilization_memory": "0",
         "power_limit_mw": limit,
         "enforced_power_limit_mw": limit,
         "ecc_current": "1",
