@@ -1,0 +1,225 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""The audit policy: every threshold the rules use, with its documented default, in one place.
+
+Operators override it per group or host with the ``gpufleet_policy`` variable (a partial dict, merged
+recursively over DEFAULTS) and per run with ``gpufleet audit --policy FILE``. ``validate`` rejects unknown
+keys, wrong types and impossible values with the key's path in the message, before anything runs.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+
+SEVERITIES = ("critical", "high", "medium", "low", "info")
+AREAS = ("memory", "cpu", "network", "power", "software", "health")
+
+# key -> (default, type, doc). Nested dicts are sections. Types: int, float, number, bool, str, list, dict,
+# "severity", "version", or a tuple of allowed values. None as a default means "not set" (rule skips that part).
+SPEC = {
+    "min_severity": ("info", "severity",
+                     "Rules whose severity is below this are not evaluated (reported as skip)."),
+    "rules": ({}, "dict",
+              "Per-rule settings by id: {enabled: false} turns a rule off, {severity: low} re-grades it."),
+    "site": (None, "str", "This host's site (usually set per inventory group), e.g. ap_southeast."),
+    "sites": ({}, "dict",
+              "Declared long-haul links per site: {SITE: {links: {PEER_SITE: {rtt_ms: 180, bandwidth_gbps: 1}}}}."),
+    "peers": ([], "list",
+              "Measured links: [{site: us_east, host: 198.51.100.7, port: 22, bandwidth_gbps: 1}] - the audit "
+              "times a TCP connect to each and uses the measured RTT instead of a declared one."),
+    "memory": {
+        "gpu_full_pct": (95.0, "number", "A GPU whose memory use is at or above this percent counts as full."),
+        "swap_rate_pages_per_s": (10.0, "number", "Swap-in plus swap-out pages per second that count as swapping."),
+        "psi_some_avg10": (10.0, "number",
+                           "Memory pressure (PSI some avg10, percent) that counts as swapping when swap is in use."),
+        "max_swappiness": (10, "int", "Highest acceptable vm.swappiness on a GPU server."),
+        "thp_enabled": (["madvise", "never"], "list", "Acceptable transparent hugepage modes."),
+        "min_memlock_kb": (None, "int",
+                           "Lowest acceptable memlock limit for GPU users in KiB; null means unlimited is required."),
+        "overcommit_memory": ([0, 1], "list", "Acceptable vm.overcommit_memory values (2 breaks CUDA allocations)."),
+    },
+    "cpu": {
+        "governor": ("performance", "str", "Required CPU frequency governor."),
+        "min_cores_per_gpu": (8, "int", "Fewest physical CPU cores per GPU for data loading and launch threads."),
+        "numa_balancing": (False, "bool", "Whether automatic NUMA balancing may be on."),
+        "irqbalance": ("running", ("running", "stopped", "any"), "Required irqbalance state."),
+        "fabric_nic_min_mbps": (100000, "int",
+                                "NICs at or above this speed (and InfiniBand ports) are GPU fabric NICs for the "
+                                "NUMA locality check."),
+    },
+    "network": {
+        "interfaces": (None, "list", "NICs to audit; null means every physical NIC."),
+        "min_mtu": (1500, "int", "Lowest acceptable MTU on physical NICs that are up (9000 for jumbo-frame fabrics)."),
+        "ring_min_fraction": (0.5, "number", "Rings smaller than this fraction of the hardware maximum are too small."),
+        "offloads": (["tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload",
+                      "rx-checksumming", "tx-checksumming", "scatter-gather"], "list",
+                     "Offloads that must be on where the NIC can change them."),
+        "long_link_rtt_ms": (50.0, "number", "Links at or above this RTT are long links."),
+        "buffer_factor": (2.0, "number", "TCP buffer maximum must be this many bandwidth-delay products."),
+        "max_buffer_bytes": (268435456, "int", "Cap on the TCP buffer size the audit asks for (bytes)."),
+        "congestion_control": ("bbr", "str", "Congestion control wanted on long links when the kernel offers it."),
+        "default_bandwidth_gbps": (1.0, "number", "Bandwidth assumed for a measured link that does not declare one."),
+    },
+    "power": {
+        "min_power_limit_pct": (100.0, "number", "Lowest acceptable power limit, in percent of the GPU's default."),
+        "temp_margin_c": (5, "int", "Flag GPUs within this many degrees of their slowdown temperature."),
+        "busy_util_pct": (30, "int", "A GPU at or above this utilization is busy (for the PCIe link check)."),
+        "ecc": (True, "bool", "Whether ECC must be on."),
+    },
+    "software": {
+        "driver_min_version": ("535.0", "version", "Oldest acceptable driver version."),
+        "driver_branch": (None, "int", "Pinned driver branch (e.g. 550); null means any branch."),
+    },
+    "health": {
+        "xid_min_severity": ("low", "severity", "Xid events below this severity are ignored."),
+        "aer_corrected_max": (100, "int", "Corrected PCIe AER errors tolerated in the kernel log window."),
+    },
+}
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be used; the message names the key path."""
+
+
+def _defaults(spec):
+    out = {}
+    for key, value in spec.items():
+        out[key] = _defaults(value) if isinstance(value, dict) else copy.deepcopy(value[0])
+    return out
+
+
+DEFAULTS = _defaults(SPEC)
+
+
+def merge(base, override):
+    """Recursive merge: dicts merge, everything else is replaced."""
+    out = copy.deepcopy(base)
+    for key, value in (override or {}).items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _version_ok(value):
+    parts = str(value).split(".")
+    return bool(parts) and all(p.isdigit() for p in parts)
+
+
+def _check_type(path, value, kind):
+    if value is None:
+        return
+    ok = True
+    if isinstance(kind, tuple):
+        if value not in kind:
+            raise PolicyError("policy.%s: %r is not one of %s" % (path, value, ", ".join(map(str, kind))))
+        return
+    if kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind == "number":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "str":
+        ok = isinstance(value, str)
+    elif kind == "list":
+        ok = isinstance(value, list)
+    elif kind == "dict":
+        ok = isinstance(value, dict)
+    elif kind == "severity":
+        if value not in SEVERITIES:
+            raise PolicyError("policy.%s: %r is not a severity (%s)" % (path, value, ", ".join(SEVERITIES)))
+    elif kind == "version":
+        ok = _version_ok(value)
+    if not ok:
+        raise PolicyError("policy.%s: expected %s, got %r (%s)" % (path, kind, value, type(value).__name__))
+    if kind in ("int", "number") and value < 0:
+        raise PolicyError("policy.%s: must be >= 0, got %r" % (path, value))
+
+
+def _validate_section(spec, data, prefix):
+    if not isinstance(data, dict):
+        raise PolicyError("policy%s: expected a mapping, got %r" % ("." + prefix if prefix else "", data))
+    for key, value in data.items():
+        path = "%s.%s" % (prefix, key) if prefix else str(key)
+        if key not in spec:
+            raise PolicyError("policy.%s: unknown key (known: %s)" % (path, ", ".join(sorted(spec))))
+        entry = spec[key]
+        if isinstance(entry, dict):
+            _validate_section(entry, value, path)
+        else:
+            _check_type(path, value, entry[1])
+
+
+def _validate_links(policy):
+    for site, conf in (policy.get("sites") or {}).items():
+        if not isinstance(conf, dict):
+            raise PolicyError("policy.sites.%s: expected a mapping with 'links'" % site)
+        for key in conf:
+            if key != "links":
+                raise PolicyError("policy.sites.%s.%s: unknown key (known: links)" % (site, key))
+        for peer, link in (conf.get("links") or {}).items():
+            path = "sites.%s.links.%s" % (site, peer)
+            if not isinstance(link, dict):
+                raise PolicyError("policy.%s: expected {rtt_ms, bandwidth_gbps}" % path)
+            for key in link:
+                if key not in ("rtt_ms", "bandwidth_gbps"):
+                    raise PolicyError("policy.%s.%s: unknown key (known: bandwidth_gbps, rtt_ms)" % (path, key))
+            for key in ("rtt_ms", "bandwidth_gbps"):
+                value = link.get(key)
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                    raise PolicyError("policy.%s.%s: must be a number > 0, got %r" % (path, key, value))
+    for i, peer in enumerate(policy.get("peers") or []):
+        path = "peers[%d]" % i
+        if not isinstance(peer, dict) or not peer.get("host") or not peer.get("site"):
+            raise PolicyError("policy.%s: expected {site, host, port?, bandwidth_gbps?}" % path)
+        for key in peer:
+            if key not in ("site", "host", "port", "bandwidth_gbps"):
+                raise PolicyError("policy.%s.%s: unknown key (known: bandwidth_gbps, host, port, site)" % (path, key))
+        port = peer.get("port", 22)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise PolicyError("policy.%s.port: must be 1-65535, got %r" % (path, port))
+
+
+def _validate_rules(policy, known_rules):
+    for rule_id, conf in (policy.get("rules") or {}).items():
+        path = "rules.%s" % rule_id
+        if known_rules is not None and rule_id not in known_rules:
+            raise PolicyError("policy.%s: unknown rule id" % path)
+        if not isinstance(conf, dict):
+            raise PolicyError("policy.%s: expected {enabled, severity}" % path)
+        for key, value in conf.items():
+            if key == "enabled":
+                _check_type(path + ".enabled", value, "bool")
+            elif key == "severity":
+                _check_type(path + ".severity", value, "severity")
+            else:
+                raise PolicyError("policy.%s.%s: unknown key (known: enabled, severity)" % (path, key))
+
+
+def validate(overrides, known_rules=None):
+    """Check a (partial) policy; raise PolicyError naming the key path. Returns the merged policy."""
+    if overrides is None:
+        overrides = {}
+    _validate_section(SPEC, overrides, "")
+    policy = merge(DEFAULTS, overrides)
+    _validate_links(policy)
+    _validate_rules(policy, known_rules)
+    return policy
+
+
+def documented(spec=None, prefix=""):
+    """(path, default, doc) for every policy key, for the README and `gpufleet policy`."""
+    spec = SPEC if spec is None else spec
+    rows = []
+    for key, entry in spec.items():
+        path = "%s.%s" % (prefix, key) if prefix else key
+        if isinstance(entry, dict):
+            rows.extend(documented(entry, path))
+        else:
+            rows.append((path, entry[0], entry[2]))
+    return rows

@@ -1,0 +1,183 @@
+"""A healthy, fully-populated facts dict (8x H100 host, tuned for a 180 ms link) for rule unit tests.
+
+Rule tests start from this and change one thing; the shapes are those gpu_info, host_info and nic_info return.
+"""
+
+from __future__ import annotations
+
+import copy
+
+NODE_CPUS = ["0-55,112-167", "56-111,168-223"]
+
+
+def gpu(i: int) -> dict:
+    node = 0 if i < 4 else 1
+    return {
+        "index": i,
+        "name": "NVIDIA H100 80GB HBM3",
+        "uuid": f"GPU-0000000{i}-0000-0000-0000-000000000000",
+        "pci_bus_id": f"00000000:{['18', '2A', '3A', '5D', '9A', 'AB', 'BA', 'DB'][i]}:00.0",
+        "architecture": "hopper",
+        "memory": {"total_mib": 81559, "used_mib": 40000, "free_mib": 41559, "used_pct": 49.0},
+        "utilization": {"gpu_pct": 90, "memory_pct": 40},
+        "persistence_mode": True,
+        "power": {
+            "usage_w": 500.0,
+            "limit_w": 700.0,
+            "default_limit_w": 700.0,
+            "min_limit_w": 200.0,
+            "max_limit_w": 700.0,
+            "enforced_limit_w": 700.0,
+        },
+        "ecc": {
+            "current": True,
+            "pending": True,
+            "volatile_uncorrected": 0,
+            "aggregate_uncorrected": 0,
+            "volatile_corrected": 0,
+            "aggregate_corrected": 0,
+        },
+        "remapped_rows": {"corrected": 0, "uncorrected": 0, "pending": False, "failure": False},
+        "retired_pages": None,
+        "clocks": {"graphics": 1980, "sm": 1980, "mem": 2619},
+        "clock_event_reasons": {"mask": "0x0000000000000000", "active": [], "throttling": []},
+        "temperature": {"gpu": 60, "slowdown": 89, "shutdown": 92, "gpu_max": 87},
+        "pcie": {"gen_current": 5, "width_current": 16, "gen_max": 5, "width_max": 16},
+        "compute_mode": "default",
+        "mig": {"current": False, "pending": False},
+        "nvlink": {"up": 18, "total": 18},
+        "cpu_affinity": NODE_CPUS[node],
+        "numa_node": node,
+        "processes": [],
+        "lost": False,
+        "unsupported": {},
+        "source": "pynvml",
+    }
+
+
+HEALTHY = {
+    "gpu": {
+        "nvml": {"available": True, "source": "pynvml", "error": None, "library": None},
+        "driver": {
+            "version": "550.90.07",
+            "branch": 550,
+            "nvml_version": "12.550.90.07",
+            "cuda_driver_version": "12.4",
+            "cuda_driver_version_int": 12040,
+            "kernel_module_version": "550.90.07",
+            "cuda_toolkits": [{"path": "/usr/local/cuda-12.4", "version": "12.4.1", "default": True}],
+            "fabricmanager_version": "550.90.07",
+            "unsupported": {},
+        },
+        "gpu_count": 8,
+        "gpus": [gpu(i) for i in range(8)],
+    },
+    "host": {
+        "cpu": {
+            "model": "Intel(R) Xeon(R) Platinum 8480+",
+            "sockets": 2,
+            "cores": 112,
+            "threads": 224,
+            "governors": {"performance": "0-223"},
+            "scaling_driver": "intel_pstate",
+            "freq_mhz": {"min": 800, "max": 3800, "current_avg": 3000},
+            "boost": True,
+        },
+        "numa": {
+            "nodes": [
+                {"id": 0, "cpus": NODE_CPUS[0], "memory_total_mib": 1048576, "memory_free_mib": 900000},
+                {"id": 1, "cpus": NODE_CPUS[1], "memory_total_mib": 1048576, "memory_free_mib": 900000},
+            ],
+            "balancing": False,
+        },
+        "memory": {
+            "total_mib": 2097152,
+            "available_mib": 1800000,
+            "swap_total_mib": 0,
+            "swap_used_mib": 0,
+            "swap_in_per_s": 0.0,
+            "swap_out_per_s": 0.0,
+            "sample_seconds": 1.0,
+            "psi_some_avg10": 0.0,
+            "psi_full_avg10": 0.0,
+        },
+        "vm": {
+            "swappiness": 10,
+            "overcommit_memory": 0,
+            "overcommit_ratio": 50,
+            "min_free_kbytes": 1048576,
+            "zone_reclaim_mode": 0,
+            "max_map_count": 1048576,
+        },
+        "thp": {"enabled": "madvise", "defrag": "madvise"},
+        "hugepages": {"total": 0, "free": 0, "size_kb": 2048},
+        "memlock": {
+            "process_soft_kb": None,
+            "process_hard_kb": None,
+            "configured": [
+                {"path": "/etc/security/limits.d/90-gpu.conf", "domain": "*", "type": "-", "value_kb": None}
+            ],
+        },
+        "irqbalance": {"installed": True, "running": True},
+        "kernel": {"release": "5.15.0-105-generic", "version": None},
+        "os": {"id": "ubuntu", "version_id": "22.04", "pretty_name": "Ubuntu 22.04.4 LTS"},
+        "kernel_log": {
+            "source": "file",
+            "error": None,
+            "lines_scanned": 120,
+            "xid": [],
+            "aer": {"corrected": 0, "uncorrected": 0, "fatal": 0, "last": None},
+        },
+        "unsupported": {},
+    },
+    "network": {
+        "nics": [
+            {
+                "name": f"ens{n}",
+                "present": True,
+                "driver": "mlx5_core",
+                "speed_mbps": 400000,
+                "mtu": 9000,
+                "operstate": "up",
+                "numa_node": node,
+                "physical": True,
+                "rings": {"rx": 8192, "tx": 8192, "rx_max": 8192, "tx_max": 8192},
+                "offloads": {
+                    "tcp-segmentation-offload": True,
+                    "generic-segmentation-offload": True,
+                    "generic-receive-offload": True,
+                    "rx-checksumming": True,
+                    "tx-checksumming": True,
+                    "scatter-gather": True,
+                    "large-receive-offload": False,
+                },
+                "offloads_fixed": [],
+                "coalescing": None,
+                "channels": None,
+                "source": "ethtool-json",
+                "unsupported": {},
+            }
+            for n, node in ((1, 0), (2, 1))
+        ],
+        "tcp": {
+            "rmem": [4096, 131072, 134217728],
+            "wmem": [4096, 16384, 134217728],
+            "rmem_max": 134217728,
+            "wmem_max": 134217728,
+            "congestion_control": "bbr",
+            "available_congestion_control": ["reno", "cubic", "bbr"],
+            "allowed_congestion_control": ["reno", "cubic", "bbr"],
+            "default_qdisc": "fq",
+            "mtu_probing": 1,
+            "slow_start_after_idle": 0,
+            "unsupported": {},
+        },
+        "infiniband": [],
+        "peers": [],
+    },
+    "links": {"source": "declared", "peers": [{"site": "eu_west", "rtt_ms": 180.0, "bandwidth_gbps": 1.0}]},
+}
+
+
+def healthy() -> dict:
+    return copy.deepcopy(HEALTHY)

@@ -1,0 +1,308 @@
+"""Every rule in the catalog: one case that passes and one that fails, from the same healthy host."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as pol_mod
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
+from rule_facts import healthy
+
+
+def gpus(f):
+    return f["gpu"]["gpus"]
+
+
+def host(f):
+    return f["host"]
+
+
+def nics(f):
+    return f["network"]["nics"]
+
+
+def tcp(f):
+    return f["network"]["tcp"]
+
+
+def _full_and_swapping(f):
+    for g in gpus(f):
+        g["memory"].update(used_mib=80281, used_pct=98.4)
+    host(f)["memory"].update(
+        swap_total_mib=8192, swap_used_mib=6000, swap_in_per_s=850.0, swap_out_per_s=1200.0, psi_some_avg10=35.2
+    )
+
+
+def _full_not_swapping(f):
+    for g in gpus(f):
+        g["memory"].update(used_mib=80281, used_pct=98.4)
+
+
+def _set(getter, **values):
+    def mutate(f):
+        getter(f).update(values)
+
+    return mutate
+
+
+def _each_gpu(fn):
+    def mutate(f):
+        for g in gpus(f):
+            fn(g)
+
+    return mutate
+
+
+def _gpu(i, fn):
+    def mutate(f):
+        fn(gpus(f)[i])
+
+    return mutate
+
+
+def _cuda_too_new(f):
+    f["gpu"]["driver"].update(
+        version="535.183.01",
+        branch=535,
+        cuda_driver_version="12.2",
+        kernel_module_version="535.183.01",
+        fabricmanager_version="535.183.01",
+    )
+    f["gpu"]["driver"]["cuda_toolkits"] = [{"path": "/usr/local/cuda-12.4", "version": "12.4.1", "default": True}]
+
+
+def _nic_on_one_node(f):
+    for n in nics(f):
+        n["numa_node"] = 0
+
+
+# rule id -> (mutation that still passes (None: the healthy host), mutation that fails)
+CASES = {
+    "GPU-MEM-001": (_full_not_swapping, _full_and_swapping),
+    "HOST-MEM-001": (None, _set(lambda f: host(f)["memory"], swap_in_per_s=300.0, swap_out_per_s=500.0)),
+    "HOST-MEM-002": (_set(lambda f: host(f)["vm"], swappiness=1), _set(lambda f: host(f)["vm"], swappiness=60)),
+    "HOST-MEM-003": (_set(lambda f: host(f)["thp"], enabled="never"), _set(lambda f: host(f)["thp"], enabled="always")),
+    "HOST-MEM-004": (
+        None,
+        lambda f: host(f).update(
+            memlock={
+                "process_soft_kb": 8192,
+                "process_hard_kb": 8192,
+                "configured": [{"path": "/etc/security/limits.conf", "domain": "*", "type": "soft", "value_kb": 65536}],
+            }
+        ),
+    ),
+    "HOST-MEM-005": (
+        _set(lambda f: host(f)["vm"], overcommit_memory=1),
+        _set(lambda f: host(f)["vm"], overcommit_memory=2),
+    ),
+    "HOST-CPU-001": (None, _set(lambda f: host(f)["cpu"], governors={"powersave": "0-223"})),
+    "HOST-CPU-002": (None, _set(lambda f: host(f)["cpu"], cores=32)),
+    "GPU-NUMA-001": (None, _nic_on_one_node),
+    "HOST-CPU-003": (None, _set(lambda f: host(f)["numa"], balancing=True)),
+    "HOST-CPU-004": (None, _set(lambda f: host(f)["irqbalance"], running=False)),
+    "NET-MTU-001": (lambda f: nics(f)[0].update(mtu=1500), lambda f: nics(f)[0].update(mtu=1280)),
+    "NET-RING-001": (None, lambda f: nics(f)[0]["rings"].update(rx=1024, tx=1024)),
+    "NET-OFFL-001": (None, lambda f: nics(f)[1]["offloads"].update({"generic-receive-offload": False})),
+    "NET-TCP-001": (None, lambda f: tcp(f).update(rmem=[4096, 131072, 6291456], wmem=[4096, 16384, 4194304])),
+    "NET-TCP-002": (None, _set(tcp, congestion_control="cubic")),
+    "NET-TCP-003": (None, _set(tcp, mtu_probing=0)),
+    "NET-TCP-004": (None, _set(tcp, slow_start_after_idle=1)),
+    "GPU-PWR-001": (None, _gpu(3, lambda g: g.update(persistence_mode=False))),
+    "GPU-PWR-002": (None, _gpu(0, lambda g: g["power"].update(limit_w=250.0, enforced_limit_w=250.0))),
+    "GPU-PWR-003": (
+        None,
+        _gpu(
+            1,
+            lambda g: g["clock_event_reasons"].update(
+                mask="0x44",
+                active=["sw_power_cap", "hw_thermal_slowdown"],
+                throttling=["sw_power_cap", "hw_thermal_slowdown"],
+            ),
+        ),
+    ),
+    "GPU-THM-001": (None, _gpu(2, lambda g: g["temperature"].update(gpu=86))),
+    # An idle GPU with a trained-down link passes; a busy one at x8 fails.
+    "GPU-PCI-001": (
+        _gpu(4, lambda g: (g["pcie"].update(gen_current=1), g["utilization"].update(gpu_pct=0))),
+        _gpu(4, lambda g: g["pcie"].update(width_current=8)),
+    ),
+    "GPU-ECC-001": (None, _gpu(5, lambda g: g["ecc"].update(current=False, pending=False))),
+    "GPU-ECC-002": (None, _gpu(5, lambda g: g["ecc"].update(pending=False))),
+    "GPU-HLT-001": (None, _gpu(6, lambda g: g["remapped_rows"].update(failure=True))),
+    "GPU-HLT-002": (None, _gpu(7, lambda g: g.update(lost=True))),
+    "HOST-HLT-001": (
+        None,
+        lambda f: host(f)["kernel_log"]["xid"].append(
+            {
+                "code": 79,
+                "meaning": "GPU has fallen off the bus",
+                "severity": "critical",
+                "count": 1,
+                "pci": ["0000:3b:00"],
+                "last": "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+            }
+        ),
+    ),
+    "HOST-HLT-002": (None, lambda f: host(f)["kernel_log"]["aer"].update(uncorrected=2, last="AER: Uncorrected")),
+    "SW-DRV-001": (
+        None,
+        lambda f: f["gpu"]["driver"].update(
+            version="525.147.05", kernel_module_version="525.147.05", fabricmanager_version="525.147.05"
+        ),
+    ),
+    "SW-CUDA-001": (None, _cuda_too_new),
+    "SW-KMOD-001": (None, lambda f: f["gpu"]["driver"].update(kernel_module_version="535.183.01")),
+    "SW-FM-001": (None, lambda f: f["gpu"]["driver"].update(fabricmanager_version="550.54.15")),
+}
+
+
+def _evaluate(facts, overrides=None):
+    policy = pol_mod.validate(overrides or {}, known_rules=rules.BY_ID)
+    return {f["rule"]: f for f in rules.evaluate(facts, policy)}
+
+
+def test_every_rule_has_a_pass_and_a_fail_case():
+    assert set(CASES) == set(rules.BY_ID)
+
+
+def test_healthy_host_passes_everything():
+    findings = _evaluate(healthy())
+    bad = {k: (f["status"], f["message"]) for k, f in findings.items() if f["status"] != "pass"}
+    assert not bad
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_passes(rule_id):
+    facts = healthy()
+    mutate = CASES[rule_id][0]
+    if mutate:
+        mutate(facts)
+    finding = _evaluate(facts)[rule_id]
+    assert finding["status"] == "pass", finding
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_fails(rule_id):
+    facts = healthy()
+    CASES[rule_id][1](facts)
+    findings = _evaluate(facts)
+    finding = findings[rule_id]
+    assert finding["status"] == "fail", finding
+    assert finding["message"] and finding["expected"] is not None
+    # The change trips its own rule; other rules may legitimately react too (GPU-MEM-001 implies swapping).
+    rule = rules.BY_ID[rule_id]
+    assert finding["area"] == rule.area and finding["title"] == rule.title
+    assert finding["fix"]["role"] or finding["fix"]["manual"]
+
+
+def test_classic_case_study_fails_memory_rules_together():
+    facts = healthy()
+    _full_and_swapping(facts)
+    findings = _evaluate(facts)
+    failing = {k for k, f in findings.items() if f["status"] == "fail"}
+    assert failing == {"GPU-MEM-001", "HOST-MEM-001"}
+    assert findings["GPU-MEM-001"]["severity"] == "critical"
+    assert [i["gpu"] for i in findings["GPU-MEM-001"]["items"]] == list(range(8))
+
+
+def test_no_gpus_skips_gpu_rules_but_host_rules_run():
+    facts = healthy()
+    facts["gpu"] = {"nvml": {"available": False, "error": "DriverNotLoaded"}, "driver": {}, "gpus": [], "gpu_count": 0}
+    findings = _evaluate(facts)
+    for rule_id in ("GPU-PWR-001", "GPU-MEM-001", "HOST-CPU-002", "GPU-HLT-002", "SW-DRV-001"):
+        assert findings[rule_id]["status"] == "skip", rule_id
+    assert findings["HOST-CPU-001"]["status"] == "pass"
+
+
+def test_missing_facts_skip_with_reason():
+    findings = _evaluate({"gpu": None, "host": None, "network": None, "links": None})
+    assert {f["status"] for f in findings.values()} == {"skip"}
+    assert all(f["message"] for f in findings.values())
+
+
+def test_no_declared_links_skips_long_haul_rules():
+    facts = healthy()
+    facts["links"] = {"source": "none", "peers": []}
+    tcp(facts).update(congestion_control="cubic", rmem=[4096, 131072, 6291456])
+    findings = _evaluate(facts)
+    for rule_id in ("NET-TCP-001", "NET-TCP-002", "NET-TCP-003", "NET-TCP-004"):
+        assert findings[rule_id]["status"] == "skip"
+
+
+def test_bbr_unavailable_is_a_warning():
+    facts = healthy()
+    tcp(facts).update(congestion_control="cubic", available_congestion_control=["reno", "cubic"])
+    assert _evaluate(facts)["NET-TCP-002"]["status"] == "warn"
+
+
+def test_tcp_buffer_threshold_is_two_bdp():
+    facts = healthy()  # 180 ms x 1 Gbit/s -> BDP 22.5 MB, 2x = 45 MB
+    tcp(facts).update(rmem=[4096, 131072, 45_000_000], wmem=[4096, 16384, 45_000_000])
+    assert _evaluate(facts)["NET-TCP-001"]["status"] == "pass"
+    tcp(facts).update(rmem=[4096, 131072, 44_999_999])
+    finding = _evaluate(facts)["NET-TCP-001"]
+    assert finding["status"] == "fail" and finding["expected"]["tcp_rmem_max"] == ">= 45000000"
+
+
+def test_policy_toggle_and_regrade():
+    facts = healthy()
+    host(facts)["vm"]["swappiness"] = 60
+    off = _evaluate(facts, {"rules": {"HOST-MEM-002": {"enabled": False}}})["HOST-MEM-002"]
+    assert off["status"] == "skip" and "disabled by policy" in off["message"]
+    low = _evaluate(facts, {"rules": {"HOST-MEM-002": {"severity": "low"}}})["HOST-MEM-002"]
+    assert low["status"] == "fail" and low["severity"] == "low"
+
+
+def test_min_severity_threshold():
+    facts = healthy()
+    host(facts)["vm"]["swappiness"] = 60  # medium
+    findings = _evaluate(facts, {"min_severity": "high"})
+    assert findings["HOST-MEM-002"]["status"] == "skip"
+    assert findings["GPU-PWR-001"]["status"] == "pass"  # high: still evaluated
+
+
+def test_xid_finding_takes_the_worst_code_severity():
+    facts = healthy()
+    CASES["HOST-HLT-001"][1](facts)
+    assert _evaluate(facts)["HOST-HLT-001"]["severity"] == "critical"
+
+
+def test_pending_remap_is_high_and_failure_critical():
+    facts = healthy()
+    gpus(facts)[0]["remapped_rows"]["pending"] = True
+    assert _evaluate(facts)["GPU-HLT-001"]["severity"] == "high"
+    gpus(facts)[1]["remapped_rows"]["failure"] = True
+    assert _evaluate(facts)["GPU-HLT-001"]["severity"] == "critical"
+
+
+def test_a_rule_that_raises_is_an_error_not_a_crash():
+    facts = healthy()
+    host(facts)["vm"]["swappiness"] = "sixty"  # a type the check does not expect
+    finding = _evaluate(facts)["HOST-MEM-002"]
+    assert finding["status"] == "error" and "TypeError" in finding["message"]
+
+
+def test_summarize_counts_fail_and_warn():
+    facts = healthy()
+    _full_and_swapping(facts)
+    summary = rules.summarize(list(_evaluate(facts).values()))
+    assert summary["by_status"]["fail"] == 2
+    assert summary["by_severity"]["critical"] == 1 and summary["by_severity"]["high"] == 1
+    assert summary["by_area"]["memory"] == 2
+
+
+def test_catalog_entries_are_complete():
+    ids = [r["id"] for r in rules.catalog()]
+    assert len(ids) == len(set(ids)) >= 30
+    for r in rules.catalog():
+        assert r["rationale"].endswith(".") and len(r["rationale"]) > 40
+        assert r["fix"]["role"] or r["fix"]["manual"]
+        if r["fix"]["role"]:
+            assert r["fix"]["tag"] == r["id"]
+
+
+def test_mtu_policy_for_jumbo_fabrics():
+    facts = healthy()
+    nics(facts)[0]["mtu"] = 1500
+    finding = _evaluate(facts, {"network": {"min_mtu": 9000}})["NET-MTU-001"]
+    assert finding["status"] == "fail" and finding["items"] == [{"nic": "ens1", "mtu": 1500}]
