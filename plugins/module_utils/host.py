@@ -1,0 +1,558 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""The state of the host around the GPUs: CPU and governors, NUMA, memory and swap pressure,
+VM sysctls, transparent huge pages, memlock limits, irqbalance, kernel, OS and the kernel log.
+
+Every file is read through HostFS, so a fixture tree (tests/sim/host/mkroot.py) or a mounted
+image can stand in for the host. Commands (dmesg, journalctl) run only through the ``run``
+callable the module hands in: ``run(argv_list) -> (rc, stdout, stderr)``.
+
+Parsers are small pure functions of text; ``collect`` wires them to the files. A value that
+cannot be read is ``None`` and its dotted name is a key of ``unsupported`` with the reason.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+import time
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
+from ansible_collections.gpufleet.tuning.plugins.module_utils import kernel_log as klog
+
+CPU_SYS = "/sys/devices/system/cpu"
+NODE_SYS = "/sys/devices/system/node"
+VM_KEYS = ("swappiness", "overcommit_memory", "overcommit_ratio", "min_free_kbytes", "zone_reclaim_mode",
+           "max_map_count")
+KERNEL_LOG_MODES = ("auto", "dmesg", "journal", "file", "none")
+DEFAULT_KERNEL_LOG_FILE = "/var/log/kern.log"
+UNLIMITED = ("unlimited", "infinity", "-1")
+
+
+# ---------------------------------------------------------------- pure parsers
+
+def to_int(text):
+    """int of a sysfs/procfs value ("10\\n" -> 10); None when absent or not a number."""
+    if text is None:
+        return None
+    try:
+        return int(text.strip().split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def parse_cpuinfo(text):
+    """/proc/cpuinfo -> one dict per processor block (keys as printed, values stripped)."""
+    blocks, cur = [], {}
+    for line in (text or "").splitlines():
+        if not line.strip():
+            if cur:
+                blocks.append(cur)
+                cur = {}
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            cur[key.strip()] = value.strip()
+    if cur:
+        blocks.append(cur)
+    return [b for b in blocks if "processor" in b] or blocks
+
+
+def cpu_model(blocks):
+    for block in blocks:
+        for key in ("model name", "Model name", "cpu model", "cpu"):
+            if block.get(key):
+                return block[key]
+    return None
+
+
+def parse_meminfo(text):
+    """/proc/meminfo or a node's meminfo -> {key: value} (kB for sized fields, counts for HugePages_*)."""
+    out = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key = key.strip()
+        if key.startswith("Node "):  # "Node 0 MemTotal"
+            key = key.split(None, 2)[-1]
+        number = to_int(value)
+        if number is not None:
+            out[key] = number
+    return out
+
+
+def parse_vmstat(text):
+    out = {}
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                out[parts[0]] = int(parts[1])
+            except ValueError:
+                pass
+    return out
+
+
+def parse_psi(text):
+    """/proc/pressure/* -> {"some": {"avg10": float, ...}, "full": {...}}."""
+    out = {}
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if not parts or parts[0] not in ("some", "full"):
+            continue
+        values = {}
+        for item in parts[1:]:
+            key, sep, value = item.partition("=")
+            if sep:
+                try:
+                    values[key] = float(value)
+                except ValueError:
+                    pass
+        out[parts[0]] = values
+    return out
+
+
+_BRACKET = re.compile(r"\[([^\]]+)\]")
+
+
+def parse_bracketed(text):
+    """The selected word of a sysfs choice file: "always [madvise] never" -> "madvise"."""
+    if text is None:
+        return None
+    m = _BRACKET.search(text)
+    if m:
+        return m.group(1).strip()
+    words = text.split()
+    return words[0] if len(words) == 1 else None
+
+
+def _limit_kb(value, unit_bytes):
+    if value.lower() in UNLIMITED:
+        return None
+    number = int(value)
+    return number // 1024 if unit_bytes else number
+
+
+def parse_proc_limits(text):
+    """(soft_kb, hard_kb) of "Max locked memory" in /proc/<pid>/limits; None = unlimited.
+
+    Raises ValueError when the line is absent or malformed.
+    """
+    for line in (text or "").splitlines():
+        if line.startswith("Max locked memory"):
+            parts = line[len("Max locked memory"):].split()
+            if len(parts) < 2:
+                break
+            unit_bytes = len(parts) > 2 and parts[2] == "bytes"
+            return _limit_kb(parts[0], unit_bytes), _limit_kb(parts[1], unit_bytes)
+    raise ValueError("no 'Max locked memory' line")
+
+
+def parse_limits_conf(text, path):
+    """memlock lines of a pam_limits file -> [{path, domain, type, value_kb}] (value_kb None = unlimited)."""
+    out = []
+    for line in (text or "").splitlines():
+        line = line.split("#", 1)[0].strip()
+        parts = line.split()
+        if len(parts) < 4 or parts[2] != "memlock" or parts[1] not in ("soft", "hard", "-"):
+            continue
+        try:
+            value = _limit_kb(parts[3], False)
+        except ValueError:
+            continue  # pam_limits ignores such a line too
+        out.append({"path": path, "domain": parts[0], "type": parts[1], "value_kb": value})
+    return out
+
+
+def parse_os_release(text):
+    out = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.strip().partition("=")
+        if not sep or key.startswith("#"):
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        out[key.strip()] = value
+    return out
+
+
+_PROC_VERSION = re.compile(r"^Linux version (\S+)")
+
+
+def parse_proc_version(text):
+    """(release, version) from /proc/version: version is the "#115-Ubuntu SMP ..." part (uname -v)."""
+    if not text:
+        return None, None
+    text = text.strip()
+    m = _PROC_VERSION.match(text)
+    release = m.group(1) if m else None
+    hash_at = text.find(" #")
+    version = text[hash_at + 1:] if hash_at >= 0 else None
+    return release, version
+
+
+def swap_rates(before, after, seconds):
+    """(swap_in, swap_out) pages per second between two /proc/vmstat readings."""
+    if not seconds or seconds <= 0:
+        return None, None
+    rates = []
+    for key in ("pswpin", "pswpout"):
+        if key not in before or key not in after:
+            rates.append(None)
+        else:
+            rates.append(round(max(0, after[key] - before[key]) / float(seconds), 2))
+    return rates[0], rates[1]
+
+
+def kib_to_mib(value):
+    return None if value is None else value // 1024
+
+
+# ---------------------------------------------------------------- readers (through HostFS)
+
+def _cpu_ids(fs, blocks):
+    cpus = None
+    text = fs.read(CPU_SYS + "/online")
+    if text and text.strip():
+        try:
+            cpus = decoders.parse_cpulist(text)
+        except ValueError:
+            cpus = None
+    if cpus is None:
+        ids = [to_int(b.get("processor")) for b in blocks]
+        cpus = sorted(i for i in ids if i is not None)
+    return cpus
+
+
+def read_cpu(fs, unsupported):
+    blocks = parse_cpuinfo(fs.read("/proc/cpuinfo", limit=16 * 1024 * 1024))
+    cpus = _cpu_ids(fs, blocks)
+    cpu = {"model": cpu_model(blocks), "sockets": None, "cores": None, "threads": len(cpus) or None}
+    if cpu["model"] is None:
+        unsupported["cpu.model"] = "no model name in /proc/cpuinfo"
+    if not cpus:
+        unsupported["cpu.threads"] = "no online CPUs in %s/online or /proc/cpuinfo" % CPU_SYS
+
+    packages, cores = set(), set()
+    for n in cpus:
+        base = "%s/cpu%d/topology/" % (CPU_SYS, n)
+        pkg, core = to_int(fs.read(base + "physical_package_id")), to_int(fs.read(base + "core_id"))
+        if pkg is not None and core is not None:
+            packages.add(pkg)
+            cores.add((pkg, core))
+    if not packages:  # no sysfs topology: /proc/cpuinfo "physical id" / "core id" (x86)
+        for b in blocks:
+            pkg, core = to_int(b.get("physical id")), to_int(b.get("core id"))
+            if pkg is not None and core is not None:
+                packages.add(pkg)
+                cores.add((pkg, core))
+    if packages:
+        cpu["sockets"], cpu["cores"] = len(packages), len(cores)
+    else:
+        unsupported["cpu.sockets"] = unsupported["cpu.cores"] = "no CPU topology in sysfs or /proc/cpuinfo"
+
+    governors, mins, maxs, curs = {}, [], [], []
+    driver = None
+    for n in cpus:
+        base = "%s/cpu%d/cpufreq/" % (CPU_SYS, n)
+        gov = fs.read(base + "scaling_governor")
+        if gov is None:
+            continue
+        governors.setdefault(gov.strip(), []).append(n)
+        if driver is None:
+            driver = (fs.read(base + "scaling_driver") or "").strip() or None
+        for name, bucket in (("scaling_min_freq", mins), ("scaling_max_freq", maxs), ("scaling_cur_freq", curs)):
+            value = to_int(fs.read(base + name))
+            if value is not None:
+                bucket.append(value)
+    cpu["governors"] = dict((g, decoders.cpus_to_cpulist(ids)) for g, ids in sorted(governors.items()))
+    cpu["scaling_driver"] = driver
+    if not governors:
+        unsupported["cpu.governors"] = "no cpufreq under %s/cpu*/cpufreq (VM, or no cpufreq driver)" % CPU_SYS
+        unsupported["cpu.scaling_driver"] = unsupported["cpu.governors"]
+    if not curs:  # VMs without cpufreq still show a clock in /proc/cpuinfo
+        mhz = []
+        for b in blocks:
+            try:
+                mhz.append(float(b["cpu MHz"]) * 1000)
+            except (KeyError, ValueError):
+                pass
+        curs = mhz
+    cpu["freq_mhz"] = {
+        "min": min(mins) // 1000 if mins else None,
+        "max": max(maxs) // 1000 if maxs else None,
+        "current_avg": int(round(sum(curs) / len(curs) / 1000.0)) if curs else None,
+    }
+    for key, values in (("min", mins), ("max", maxs), ("current_avg", curs)):
+        if not values:
+            unsupported["cpu.freq_mhz." + key] = "no cpufreq scaling_*_freq"
+    cpu["boost"] = read_boost(fs, cpus[0] if cpus else 0)
+    if cpu["boost"] is None:
+        unsupported["cpu.boost"] = "no intel_pstate/no_turbo or cpufreq boost file"
+    return cpu
+
+
+def read_boost(fs, first_cpu=0):
+    no_turbo = to_int(fs.read(CPU_SYS + "/intel_pstate/no_turbo"))
+    if no_turbo is not None:
+        return no_turbo == 0
+    for path in (CPU_SYS + "/cpufreq/boost", "%s/cpu%d/cpufreq/boost" % (CPU_SYS, first_cpu)):
+        boost = to_int(fs.read(path))
+        if boost is not None:
+            return boost != 0
+    return None
+
+
+def _node_id(path):
+    m = re.search(r"node(\d+)$", path)
+    return int(m.group(1)) if m else None
+
+
+def read_numa(fs, unsupported):
+    nodes = []
+    paths = [p for p in fs.glob(NODE_SYS + "/node*") if _node_id(p) is not None]
+    for path in sorted(paths, key=_node_id):
+        cpulist = fs.read(path + "/cpulist")
+        try:
+            cpus = decoders.cpus_to_cpulist(decoders.parse_cpulist(cpulist)) if cpulist is not None else None
+        except ValueError:
+            cpus = None
+        mem = parse_meminfo(fs.read(path + "/meminfo"))
+        nodes.append({
+            "id": _node_id(path),
+            "cpus": cpus,
+            "memory_total_mib": kib_to_mib(mem.get("MemTotal")),
+            "memory_free_mib": kib_to_mib(mem.get("MemFree")),
+        })
+    if not nodes:
+        unsupported["numa.nodes"] = "no %s/node* (kernel without NUMA)" % NODE_SYS
+    balancing = to_int(fs.read("/proc/sys/kernel/numa_balancing"))
+    if balancing is None:
+        unsupported["numa.balancing"] = "no /proc/sys/kernel/numa_balancing"
+    return {"nodes": nodes, "balancing": None if balancing is None else balancing != 0}
+
+
+def read_memory(fs, unsupported, meminfo):
+    swap_total, swap_free = meminfo.get("SwapTotal"), meminfo.get("SwapFree")
+    memory = {
+        "total_mib": kib_to_mib(meminfo.get("MemTotal")),
+        "available_mib": kib_to_mib(meminfo.get("MemAvailable")),
+        "swap_total_mib": kib_to_mib(swap_total),
+        "swap_used_mib": None if swap_total is None or swap_free is None else (swap_total - swap_free) // 1024,
+        "swap_in_per_s": None,  # filled in by collect() after the sample
+        "swap_out_per_s": None,
+        "sample_seconds": 0.0,
+    }
+    for key, source in (("total_mib", "MemTotal"), ("available_mib", "MemAvailable"),
+                        ("swap_total_mib", "SwapTotal"), ("swap_used_mib", "SwapFree")):
+        if memory[key] is None:
+            unsupported["memory." + key] = "no %s in /proc/meminfo" % source
+    psi = parse_psi(fs.read("/proc/pressure/memory"))
+    memory["psi_some_avg10"] = psi.get("some", {}).get("avg10")
+    memory["psi_full_avg10"] = psi.get("full", {}).get("avg10")
+    for key in ("some", "full"):
+        if memory["psi_%s_avg10" % key] is None:
+            unsupported["memory.psi_%s_avg10" % key] = "no /proc/pressure/memory (kernel without PSI, or psi=0)"
+    return memory
+
+
+def read_vm(fs, unsupported):
+    vm = {}
+    for key in VM_KEYS:
+        vm[key] = to_int(fs.read("/proc/sys/vm/" + key))
+        if vm[key] is None:
+            unsupported["vm." + key] = "no /proc/sys/vm/" + key
+    return vm
+
+
+def read_thp(fs, unsupported):
+    base = "/sys/kernel/mm/transparent_hugepage/"
+    thp = {"enabled": parse_bracketed(fs.read(base + "enabled")), "defrag": parse_bracketed(fs.read(base + "defrag"))}
+    for key in thp:
+        if thp[key] is None:
+            unsupported["thp." + key] = "no " + base + key
+    return thp
+
+
+def read_hugepages(unsupported, meminfo):
+    if "HugePages_Total" not in meminfo:
+        unsupported["hugepages"] = "no HugePages_* in /proc/meminfo (kernel without hugetlbfs)"
+    return {
+        "total": meminfo.get("HugePages_Total", 0),
+        "free": meminfo.get("HugePages_Free", 0),
+        "size_kb": meminfo.get("Hugepagesize", 0),
+    }
+
+
+def read_memlock(fs, unsupported):
+    memlock = {"process_soft_kb": None, "process_hard_kb": None, "configured": []}
+    try:
+        memlock["process_soft_kb"], memlock["process_hard_kb"] = parse_proc_limits(fs.read("/proc/self/limits"))
+    except ValueError as exc:
+        unsupported["memlock.process_soft_kb"] = unsupported["memlock.process_hard_kb"] = (
+            "/proc/self/limits: %s" % exc)
+    paths = ["/etc/security/limits.conf"] + fs.glob("/etc/security/limits.d/*.conf")
+    for path in paths:
+        memlock["configured"].extend(parse_limits_conf(fs.read(path), path))
+    return memlock
+
+
+def read_irqbalance(fs):
+    installed = fs.exists("/usr/sbin/irqbalance") or fs.exists("/usr/bin/irqbalance")
+    running = False
+    for path in fs.glob("/proc/[0-9]*/comm"):
+        if (fs.read(path) or "").strip() == "irqbalance":
+            running = True
+            break
+    return {"installed": installed, "running": running}
+
+
+def read_kernel(fs, unsupported):
+    release = (fs.read("/proc/sys/kernel/osrelease") or "").strip() or None
+    version = (fs.read("/proc/sys/kernel/version") or "").strip() or None
+    v_release, v_version = parse_proc_version(fs.read("/proc/version"))
+    kernel = {"release": release or v_release, "version": version or v_version}
+    for key in kernel:
+        if kernel[key] is None:
+            unsupported["kernel." + key] = "no /proc/sys/kernel/os%s or /proc/version" % key
+    return kernel
+
+
+def read_os(fs, unsupported):
+    data = parse_os_release(fs.read("/etc/os-release") or fs.read("/usr/lib/os-release"))
+    if not data:
+        unsupported["os"] = "no /etc/os-release or /usr/lib/os-release"
+    return {"id": data.get("ID"), "version_id": data.get("VERSION_ID"), "pretty_name": data.get("PRETTY_NAME")}
+
+
+# ---------------------------------------------------------------- kernel log
+
+def tail_file(path, count, block=65536, max_bytes=64 * 1024 * 1024):
+    """The last ``count`` lines of the file at ``path`` (a real path), reading backwards in blocks."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        data = b""
+        pos = size
+        while pos > 0 and data.count(b"\n") <= count and size - pos < max_bytes:
+            step = min(block, pos)
+            pos -= step
+            f.seek(pos)
+            data = f.read(step) + data
+    return klog.tail(data.decode("utf-8", "replace"), count)
+
+
+def _first_line(text, default):
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return default
+
+
+def _from_dmesg(run, count, hours, now):
+    rc, out, err = run(["dmesg", "--kernel", "--time-format", "iso"])
+    if rc != 0:
+        return None, "dmesg: %s" % _first_line(err or out, "rc=%s" % rc)
+    return klog.tail("\n".join(klog.since(klog.tail(out, 10 ** 9), now, hours)), count), None
+
+
+def _from_journal(run, count, hours):
+    argv = ["journalctl", "-k", "--no-pager", "-o", "short-iso", "-n", str(count)]
+    if hours:
+        argv.append("--since=-%dh" % hours)
+    rc, out, err = run(argv)
+    lines = klog.tail(out, count)
+    if rc != 0 or (not lines and (err or "").strip()):
+        return None, "journalctl: %s" % _first_line(err or out, "rc=%s" % rc)
+    return lines, None
+
+
+def read_kernel_log(fs, run, mode="auto", path=DEFAULT_KERNEL_LOG_FILE, count=5000, hours=24, now=None):
+    """Scan the kernel log for Xid and AER errors. Never raises for an unreadable log: ``error`` says why."""
+    if mode not in KERNEL_LOG_MODES:
+        raise ValueError("kernel_log must be one of %s, got %r" % (", ".join(KERNEL_LOG_MODES), mode))
+    now = time.time() if now is None else now
+    result = {"source": mode, "error": None, "lines_scanned": 0}
+    lines = []
+    if mode == "auto" and fs.root != "/":
+        mode = result["source"] = "file"
+    if mode == "file":
+        try:
+            lines = tail_file(fs.path(path), count)
+        except (IOError, OSError) as exc:
+            result["error"] = "%s: %s" % (path, exc.strerror or exc)
+    elif mode in ("auto", "dmesg", "journal"):
+        errors = []
+        for source in (("dmesg", "journal") if mode == "auto" else (mode,)):
+            if run is None:
+                errors.append("%s: commands cannot run here (root is not /)" % source)
+                continue
+            if source == "dmesg":
+                got, error = _from_dmesg(run, count, hours, now)
+            else:
+                got, error = _from_journal(run, count, hours)
+            if error is None:
+                lines, result["source"] = got, source
+                break
+            errors.append(error)
+        else:
+            result["error"] = "; ".join(errors)
+            if mode == "auto":
+                result["source"] = "none"
+    result["lines_scanned"] = len(lines)
+    result.update(klog.scan(lines))
+    return result
+
+
+# ---------------------------------------------------------------- everything
+
+def collect(fs, run=None, sample_seconds=1.0, kernel_log="auto", kernel_log_lines=5000, kernel_log_since_hours=24,
+            kernel_log_file=DEFAULT_KERNEL_LOG_FILE, clock=time.monotonic, sleep=time.sleep, now=None):
+    """The ``host`` dict of the host_info module.
+
+    /proc/vmstat is read first and again after everything else, at least ``sample_seconds`` later, so the
+    swap rates cost only the time the other reads did not already take.
+    """
+    unsupported = {}
+    started = clock()
+    vmstat_before = parse_vmstat(fs.read("/proc/vmstat")) if sample_seconds > 0 else {}
+
+    meminfo = parse_meminfo(fs.read("/proc/meminfo"))
+    host = {
+        "cpu": read_cpu(fs, unsupported),
+        "numa": read_numa(fs, unsupported),
+        "memory": read_memory(fs, unsupported, meminfo),
+        "vm": read_vm(fs, unsupported),
+        "thp": read_thp(fs, unsupported),
+        "hugepages": read_hugepages(unsupported, meminfo),
+        "memlock": read_memlock(fs, unsupported),
+        "irqbalance": read_irqbalance(fs),
+        "kernel": read_kernel(fs, unsupported),
+        "os": read_os(fs, unsupported),
+        "kernel_log": read_kernel_log(fs, run, kernel_log, kernel_log_file, kernel_log_lines,
+                                      kernel_log_since_hours, now),
+    }
+
+    memory = host["memory"]
+    if sample_seconds > 0:
+        rest = sample_seconds - (clock() - started)
+        if rest > 0:
+            sleep(rest)
+        elapsed = clock() - started
+        vmstat_after = parse_vmstat(fs.read("/proc/vmstat"))
+        memory["swap_in_per_s"], memory["swap_out_per_s"] = swap_rates(vmstat_before, vmstat_after, elapsed)
+        memory["sample_seconds"] = round(elapsed, 3)
+        for key in ("swap_in_per_s", "swap_out_per_s"):
+            if memory[key] is None:
+                unsupported["memory." + key] = "no pswpin/pswpout in /proc/vmstat"
+    else:
+        memory["swap_in_per_s"] = memory["swap_out_per_s"] = None
+        memory["sample_seconds"] = 0.0
+        unsupported["memory.swap_in_per_s"] = unsupported["memory.swap_out_per_s"] = "sampling off (sample_seconds=0)"
+    host["unsupported"] = unsupported
+    return host

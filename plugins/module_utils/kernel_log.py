@@ -1,0 +1,212 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Find NVIDIA Xid events and PCIe AER errors in kernel log lines.
+
+Pure functions of text: the caller fetches the lines (dmesg, journalctl, a log file) and
+hands them here, so every form of line can be unit-tested.
+
+Lines look like::
+
+    NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.
+    NVRM: Xid (0000:01:00): 79, GPU has fallen off the bus.                 (older drivers)
+    pcieport 0000:00:03.1: AER: Corrected error received: 0000:3b:00.0
+    pcieport 0000:00:03.1: AER: Uncorrected (Non-Fatal) error received: 0000:3b:00.0
+    pcieport 0000:00:03.1: AER: Correctable error message received from 0000:3b:00.0   (newer kernels)
+    nvidia 0000:3b:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import calendar
+import re
+
+LAST_MAX = 300
+
+SEVERITIES = ("critical", "high", "medium", "low", "info")
+
+# Xid code -> (meaning, severity). Meanings follow NVIDIA's Xid catalog
+# (https://docs.nvidia.com/deploy/xid-errors/); severity is gpufleet's operational judgement:
+#   critical  the GPU lost data or is gone: drain the node, reset or RMA
+#   high      hardware or firmware fault: the GPU needs a reset or a closer look
+#   medium    may be hardware, driver or application: watch the trend
+#   low       usually the application (bad memory access, killed process)
+#   info      informational
+XID_CODES = {
+    8: ("GPU stopped processing (channel idle timeout)", "medium"),
+    13: ("Graphics Engine Exception", "low"),
+    31: ("GPU memory page fault", "low"),
+    32: ("Invalid or corrupted push buffer stream", "medium"),
+    43: ("GPU stopped processing", "low"),
+    45: ("Preemptive cleanup, due to previous errors", "low"),
+    48: ("Double Bit ECC Error (DBE)", "critical"),
+    61: ("Internal micro-controller breakpoint/warning", "medium"),
+    62: ("Internal micro-controller halt", "high"),
+    63: ("ECC page retirement or row remapping recording event", "medium"),
+    64: ("ECC page retirement or row remapper recording failure", "high"),
+    68: ("NVDEC0 Exception (video decoder)", "medium"),
+    69: ("Graphics Engine class error", "medium"),
+    74: ("NVLink Error", "high"),
+    79: ("GPU has fallen off the bus", "critical"),
+    92: ("High single-bit ECC error rate", "medium"),
+    94: ("Contained ECC error", "high"),
+    95: ("Uncontained ECC error", "critical"),
+    109: ("Context Switch Timeout Error", "medium"),
+    119: ("GSP RPC Timeout", "high"),
+    120: ("GSP Error", "high"),
+    121: ("C2C Link corrected error", "low"),
+    140: ("Unrecovered ECC Error", "high"),
+    143: ("GPU Initialization Failure", "high"),
+    154: ("GPU Recovery Action Changed", "high"),
+}
+
+UNKNOWN_SEVERITY = "medium"
+
+_XID = re.compile(r"NVRM: Xid \(([^)]*)\):\s*(\d+)\b")
+_PCI = re.compile(r"(?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)")
+
+_AER_HEADER = re.compile(
+    r"AER: (?:Multiple )?(Correct(?:ed|able)|Uncorrect(?:ed|able))(?: \((Non-Fatal|Fatal)\))?"
+    r" error (?:message )?received"
+)
+_AER_BUS = re.compile(r"PCIe Bus Error: severity=(Correct(?:ed|able)|Uncorrect(?:ed|able))(?: \((Non-Fatal|Fatal)\))?")
+# A "PCIe Bus Error" line this close after an "error received" line of the same class is its detail.
+AER_DETAIL_WINDOW = 10
+
+# 2024-05-31T09:35:42,123456+00:00 (dmesg --time-format iso), 2024-05-31T09:35:42+0000 (journalctl -o short-iso)
+_ISO = re.compile(r"^\s*(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(Z|[+-]\d{2}:?\d{2})")
+
+
+def xid_info(code):
+    """(meaning, severity) of an Xid code; codes not in XID_CODES get a pointer to NVIDIA's catalog."""
+    code = int(code)
+    if code in XID_CODES:
+        return XID_CODES[code]
+    return ("Xid %d (not in gpufleet's table; see NVIDIA's Xid catalog)" % code, UNKNOWN_SEVERITY)
+
+
+def truncate(line, limit=LAST_MAX):
+    line = line.rstrip("\n")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def parse_xid(line):
+    """{"code": int, "pci": str|None} for an Xid line, else None. The PCI id is lower-case, as logged."""
+    m = _XID.search(line)
+    if not m:
+        return None
+    pci = _PCI.match(m.group(1).strip())
+    return {"code": int(m.group(2)), "pci": pci.group(1).lower() if pci else None}
+
+
+def _aer_class(severity, fatal):
+    if severity.startswith("Correct"):
+        return "corrected"
+    return "fatal" if fatal == "Fatal" else "uncorrected"
+
+
+def parse_aer(line):
+    """("header"|"detail", "corrected"|"uncorrected"|"fatal") for a PCIe AER line, else None."""
+    m = _AER_HEADER.search(line)
+    if m:
+        return "header", _aer_class(m.group(1), m.group(2))
+    m = _AER_BUS.search(line)
+    if m:
+        return "detail", _aer_class(m.group(1), m.group(2))
+    return None
+
+
+def scan(lines):
+    """Xid events grouped by code and PCIe AER counts found in ``lines``.
+
+    Returns {"xid": [{code, meaning, severity, count, pci, last}], "aer": {corrected, uncorrected, fatal, last}}.
+    An AER error is logged as an "error received" line followed by "PCIe Bus Error" detail lines; the detail
+    lines of an error already counted are not counted again, a detail line alone (no header near) is.
+    """
+    xids = {}
+    aer = {"corrected": 0, "uncorrected": 0, "fatal": 0, "last": None}
+    header = None  # (class, index) of the last AER header line
+    for index, line in enumerate(lines):
+        if "NVRM" in line:
+            found = parse_xid(line)
+            if found:
+                entry = xids.get(found["code"])
+                if entry is None:
+                    meaning, severity = xid_info(found["code"])
+                    entry = xids[found["code"]] = {
+                        "code": found["code"],
+                        "meaning": meaning,
+                        "severity": severity,
+                        "count": 0,
+                        "pci": [],
+                        "last": None,
+                    }
+                entry["count"] += 1
+                if found["pci"] and found["pci"] not in entry["pci"]:
+                    entry["pci"].append(found["pci"])
+                entry["last"] = truncate(line)
+                continue
+        if "AER" in line or "PCIe Bus Error" in line:
+            found = parse_aer(line)
+            if found is None:
+                continue
+            kind, cls = found
+            aer["last"] = truncate(line)
+            if kind == "header":
+                header = (cls, index)
+                aer[cls] += 1
+            elif header and header[0] == cls and index - header[1] <= AER_DETAIL_WINDOW:
+                continue
+            else:
+                aer[cls] += 1
+    result = []
+    for code in sorted(xids):
+        entry = xids[code]
+        entry["pci"] = sorted(entry["pci"])
+        result.append(entry)
+    return {"xid": result, "aer": aer}
+
+
+def tail(text, count):
+    """The last ``count`` non-empty lines of ``text``, without journalctl's "-- ... --" markers."""
+    if not text:
+        return []
+    lines = [ln for ln in text.splitlines() if ln.strip() and not (ln.startswith("-- ") and ln.rstrip().endswith("--"))]
+    return lines[-count:] if count > 0 else []
+
+
+def line_time(line):
+    """Epoch seconds of an ISO-8601 timestamp at the start of ``line`` (dmesg iso, journalctl short-iso)."""
+    m = _ISO.match(line)
+    if not m:
+        return None
+    year, month, day, hour, minute, second = (int(m.group(i)) for i in range(1, 7))
+    frac = float("0." + m.group(7)) if m.group(7) else 0.0
+    try:
+        epoch = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) + frac
+    except (ValueError, OverflowError):
+        return None
+    zone = m.group(8)
+    if zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        epoch -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    return epoch
+
+
+def since(lines, now, hours):
+    """Lines not older than ``hours`` before ``now`` (epoch); lines without a timestamp are kept.
+
+    ``hours`` 0 keeps everything.
+    """
+    if not hours:
+        return list(lines)
+    cutoff = now - hours * 3600
+    kept = []
+    for line in lines:
+        when = line_time(line)
+        if when is None or when >= cutoff:
+            kept.append(line)
+    return kept

@@ -1,0 +1,248 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: host_info
+short_description: Gather the host settings that decide how fast a GPU server runs
+version_added: "0.1.0"
+description:
+  - Reads, from C(/proc), C(/sys) and C(/etc), the CPU model and topology, CPU frequency governors, scaling
+    driver, frequency limits and turbo boost; NUMA nodes and automatic NUMA balancing; memory, swap, the swap-in
+    and swap-out rates over a short sample and memory pressure (PSI); the VM sysctls that matter for GPU hosts;
+    transparent huge pages; huge pages; memlock limits (of the module's own process and as configured for
+    pam_limits); whether irqbalance is installed and running; the kernel and OS release.
+  - Scans the kernel log for NVIDIA Xid events (grouped by code, with meaning and severity) and PCIe AER errors.
+  - A value that cannot be read is V(null) and its dotted name is a key of C(host.unsupported) with the reason.
+    An unreadable kernel log is reported in C(host.kernel_log.error); it never fails the module.
+  - This module never changes anything.
+author:
+  - gpufleet team
+options:
+  root:
+    description:
+      - Root of the file system that C(/proc), C(/sys), C(/etc) and the kernel log file are read from.
+      - Useful to inspect a mounted image or a fixture tree. With a root other than C(/) no command runs, and
+        O(kernel_log=auto) reads O(kernel_log_file).
+    type: path
+    default: /
+  sample_seconds:
+    description:
+      - How long to sample C(/proc/vmstat) for the swap-in and swap-out rates, from V(0) to V(10) seconds.
+      - V(0) disables sampling; the rates are then V(null).
+      - The other reads happen during the sample, so the module takes about this long, not longer.
+    type: float
+    default: 1.0
+  kernel_log:
+    description:
+      - Where to read the kernel log from.
+      - V(auto) on a live host (O(root=/)) tries C(dmesg --kernel --time-format iso), then
+        C(journalctl -k); when neither works, C(host.kernel_log.source) is V(none) and C(error) says why.
+        With another O(root), V(auto) means V(file).
+      - V(file) reads the last O(kernel_log_lines) lines of O(kernel_log_file).
+      - V(none) skips the kernel log.
+    type: str
+    choices: [auto, dmesg, journal, file, none]
+    default: auto
+  kernel_log_file:
+    description:
+      - Kernel log file for O(kernel_log=file), as a path inside O(root).
+    type: path
+    default: /var/log/kern.log
+  kernel_log_lines:
+    description:
+      - How many of the most recent kernel log lines to scan, from V(1) to V(100000).
+    type: int
+    default: 5000
+  kernel_log_since_hours:
+    description:
+      - Only scan lines from the last this many hours (C(dmesg) and C(journal); a log file is not filtered by time).
+      - V(0) means no time limit.
+    type: int
+    default: 24
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads.
+  diff_mode:
+    support: none
+    details: The module only reads.
+notes:
+  - Memory is in MiB unless a key says otherwise, frequencies in MHz, swap rates in pages per second.
+  - C(memlock.process_*) are the limits of the module's own process (the Ansible connection's session), which
+    is a fair stand-in for a job started the same way, not for services started by systemd.
+  - Reading C(dmesg) needs root where C(kernel.dmesg_restrict=1); use O(become=true) on such hosts.
+seealso:
+  - name: NVIDIA Xid errors
+    description: NVIDIA's catalog of Xid codes.
+    link: https://docs.nvidia.com/deploy/xid-errors/
+  - module: gpufleet.tuning.gpu_info
+"""
+
+EXAMPLES = r"""
+- name: Read host settings
+  gpufleet.tuning.host_info:
+  register: host_info
+
+- name: Warn about CPUs that are not on the performance governor
+  ansible.builtin.debug:
+    msg: "Governors: {{ host_info.host.cpu.governors }}"
+  when: host_info.host.cpu.governors | dict2items | rejectattr('key', 'eq', 'performance') | list | length > 0
+
+- name: Audit a mounted image, without sampling and without the kernel log
+  gpufleet.tuning.host_info:
+    root: /mnt/image
+    sample_seconds: 0
+    kernel_log: none
+
+- name: Read the journal only, last 6 hours
+  gpufleet.tuning.host_info:
+    kernel_log: journal
+    kernel_log_since_hours: 6
+  become: true
+"""
+
+RETURN = r"""
+host:
+  description: The host's state. Every key is always present; a value that cannot be read is V(null).
+  returned: always
+  type: dict
+  contains:
+    cpu:
+      description:
+        - C(model), C(sockets), C(cores) (physical, all sockets), C(threads) (logical CPUs online).
+        - C(governors) maps a governor to the CPUs using it in cpulist form; V({}) without cpufreq.
+        - C(scaling_driver), C(freq_mhz) (C(min) and C(max) of the scaling limits, C(current_avg)),
+          C(boost) (turbo enabled).
+      type: dict
+      sample:
+        model: Intel(R) Xeon(R) Platinum 8480+
+        sockets: 2
+        cores: 112
+        threads: 224
+        governors: {performance: "0-223"}
+        scaling_driver: intel_pstate
+        freq_mhz: {min: 800, max: 3800, current_avg: 2000}
+        boost: true
+    numa:
+      description: >-
+        C(nodes), a list of C(id), C(cpus) (cpulist), C(memory_total_mib), C(memory_free_mib); C(balancing),
+        whether automatic NUMA balancing is on.
+      type: dict
+    memory:
+      description: >-
+        C(total_mib), C(available_mib), C(swap_total_mib), C(swap_used_mib); C(swap_in_per_s) and C(swap_out_per_s)
+        in pages per second over C(sample_seconds) (the measured interval); C(psi_some_avg10) and C(psi_full_avg10),
+        percent of time tasks stalled on memory over the last 10 seconds.
+      type: dict
+    vm:
+      description: >-
+        C(swappiness), C(overcommit_memory), C(overcommit_ratio), C(min_free_kbytes), C(zone_reclaim_mode),
+        C(max_map_count) from C(/proc/sys/vm).
+      type: dict
+    thp:
+      description: Transparent huge pages C(enabled) and C(defrag), the selected value (V(always), V(madvise), ...).
+      type: dict
+    hugepages:
+      description: Huge pages C(total), C(free) and C(size_kb).
+      type: dict
+    memlock:
+      description:
+        - C(process_soft_kb), C(process_hard_kb) from C(/proc/self/limits); V(null) means unlimited.
+        - C(configured), the memlock lines of C(/etc/security/limits.conf) and C(limits.d/*.conf), each with
+          C(path), C(domain), C(type) (V(soft), V(hard) or V(-)) and C(value_kb) (V(null) = unlimited).
+      type: dict
+    irqbalance:
+      description: C(installed) (binary in /usr/sbin or /usr/bin) and C(running) (a process named irqbalance).
+      type: dict
+    kernel:
+      description: C(release) (uname -r) and C(version) (uname -v).
+      type: dict
+    os:
+      description: C(id), C(version_id) and C(pretty_name) from os-release.
+      type: dict
+    kernel_log:
+      description:
+        - C(source) (V(dmesg), V(journal), V(file) or V(none)), C(error) (why the log could not be read, else
+          V(null)), C(lines_scanned).
+        - C(xid), one entry per Xid code seen, sorted by code, with C(code), C(meaning), C(severity)
+          (V(critical), V(high), V(medium), V(low) or V(info)), C(count), C(pci) (bus ids as logged) and
+          C(last) (the last such line, at most 300 characters).
+        - C(aer), PCIe AER error counts C(corrected), C(uncorrected) (non-fatal), C(fatal), and C(last) line.
+      type: dict
+    unsupported:
+      description: Dotted name of each value that could not be read, to the reason.
+      type: dict
+      sample: {cpu.governors: "no cpufreq under /sys/devices/system/cpu/cpu*/cpufreq (VM, or no cpufreq driver)"}
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.tuning.plugins.module_utils import host
+from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
+
+
+def _runner(module):
+    """run(argv) -> (rc, stdout, stderr) through module.run_command; a missing binary is rc 127, not a failure."""
+
+    def run(argv):
+        binary = module.get_bin_path(argv[0])
+        if binary is None:
+            return 127, "", "%s: command not found" % argv[0]
+        try:
+            return module.run_command([binary] + list(argv[1:]), handle_exceptions=False)
+        except (IOError, OSError) as exc:
+            return 126, "", "%s: %s" % (argv[0], exc)
+
+    return run
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            root=dict(type="path", default="/"),
+            sample_seconds=dict(type="float", default=1.0),
+            kernel_log=dict(type="str", default="auto", choices=list(host.KERNEL_LOG_MODES)),
+            kernel_log_file=dict(type="path", default=host.DEFAULT_KERNEL_LOG_FILE),
+            kernel_log_lines=dict(type="int", default=5000),
+            kernel_log_since_hours=dict(type="int", default=24),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    if not os.path.isdir(params["root"]):
+        module.fail_json(msg="root: not a directory: %s" % params["root"])
+    if not 0 <= params["sample_seconds"] <= 10:
+        module.fail_json(msg="sample_seconds: must be from 0 to 10 (0 disables sampling), got %s"
+                         % params["sample_seconds"])
+    if not 1 <= params["kernel_log_lines"] <= 100000:
+        module.fail_json(msg="kernel_log_lines: must be from 1 to 100000, got %s" % params["kernel_log_lines"])
+    if params["kernel_log_since_hours"] < 0:
+        module.fail_json(msg="kernel_log_since_hours: must be 0 (no limit) or more, got %s"
+                         % params["kernel_log_since_hours"])
+    if not params["kernel_log_file"].startswith("/"):
+        module.fail_json(msg="kernel_log_file: must be an absolute path inside root, got %s"
+                         % params["kernel_log_file"])
+
+    fs = HostFS(params["root"])
+    facts = host.collect(
+        fs,
+        run=_runner(module) if fs.root == "/" else None,
+        sample_seconds=params["sample_seconds"],
+        kernel_log=params["kernel_log"],
+        kernel_log_lines=params["kernel_log_lines"],
+        kernel_log_since_hours=params["kernel_log_since_hours"],
+        kernel_log_file=params["kernel_log_file"],
+    )
+    module.exit_json(changed=False, host=facts)
+
+
+if __name__ == "__main__":
+    main()
