@@ -1,0 +1,707 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Network state of a host: NICs (sysfs + ethtool), the TCP stack (/proc/sys/net), InfiniBand ports.
+
+``collect(fs, run, interfaces, ethtool)`` returns the ``network`` fact of the nic_info module. Every
+/proc and /sys read goes through ``HostFS``; ethtool runs through ``run(argv) -> (rc, stdout, stderr)``
+with an argument list, never a shell string, and only for interface names that passed
+``interface_name_error``.
+
+ethtool output comes in two formats. For each subcommand (-i, -g, -k, -c, -l) ``--json`` is tried first;
+an ethtool that does not know ``--json`` for that subcommand answers "bad command line argument(s)"
+(6.1 rejects it for everything but -k), and the plain text is read instead. The parsers are small
+pure functions over that output so that recorded outputs of real drivers (tests/fixtures/ethtool) can
+be checked against each other.
+
+``measure_rtt(peers)`` times TCP connects to named peers, for sites whose long links are measured
+rather than declared.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import re
+import socket
+import time
+
+# --- interface names ---------------------------------------------------------------------------
+
+IFNAME_MAX = 15  # IFNAMSIZ (16) minus the terminating NUL
+IFNAME_RULE = (
+    "an interface name is 1-15 characters: letters, digits, '_', '-', '.' or '@', not starting "
+    "with '-' or '.' (the kernel also forbids '/', ':' and whitespace; shell characters are refused here)"
+)
+_IFNAME_RE = re.compile(r"^[A-Za-z0-9_@][A-Za-z0-9_.@-]*$")
+
+
+class InvalidInterfaceName(ValueError):
+    pass
+
+
+def interface_name_error(name):
+    """Why ``name`` is not an acceptable interface name, or None when it is.
+
+    The kernel's own rule (dev_valid_name) is 1-15 bytes, not "." or "..", no '/', ':' or
+    whitespace. Names are also used as ethtool arguments and in /sys paths, so this is stricter:
+    only letters, digits and ``_ - . @``, and no leading '-' (it would read as an option).
+    """
+    if not isinstance(name, str) or not name:
+        return "empty name"
+    if len(name.encode("utf-8")) > IFNAME_MAX:
+        return "longer than %d characters" % IFNAME_MAX
+    if name in (".", ".."):
+        return "'.' and '..' are not interface names"
+    if "/" in name:
+        return "contains '/'"
+    if ":" in name:
+        return "contains ':'"
+    if any(c.isspace() for c in name):
+        return "contains whitespace"
+    if name.startswith("-"):
+        return "starts with '-'"
+    if not _IFNAME_RE.match(name):
+        bad = sorted(set(c for c in name if not (c.isalnum() and c.isascii()) and c not in "_.@-"))
+        if name.startswith("."):
+            return "starts with '.'"
+        return "contains %s" % ", ".join(repr(c) for c in bad)
+    return None
+
+
+def check_interface_name(name):
+    why = interface_name_error(name)
+    if why is not None:
+        raise InvalidInterfaceName("invalid interface name %r: %s; %s" % (name, why, IFNAME_RULE))
+    return name
+
+
+# --- small value helpers -----------------------------------------------------------------------
+
+
+class EthtoolParseError(ValueError):
+    pass
+
+
+_NA = ("n/a", "na", "")
+
+
+def _int_or_none(value):
+    if value is None:
+        return None
+    text = str(value).strip()
+    if text.lower() in _NA:
+        return None
+    try:
+        return int(text, 0) if text.lower().startswith("0x") else int(text)
+    except ValueError:
+        return None
+
+
+def _onoff(value):
+    text = (value or "").strip().lower()
+    if text == "on":
+        return True
+    if text == "off":
+        return False
+    return None
+
+
+def _split_field(line):
+    """("key", "value") of a "key: value" line (value may contain ':'), or (None, None)."""
+    key, sep, value = line.partition(":")
+    if not sep:
+        return None, None
+    return key.strip(), value.strip()
+
+
+def _json_objects(text, pairs=False):
+    """The list of objects ethtool --json prints (``[ {...} ]``). With ``pairs``, each object is a list
+    of (key, value) in output order, duplicates kept."""
+    hook = (lambda items: list(items)) if pairs else None
+    try:
+        data = json.loads(text, object_pairs_hook=hook)
+    except ValueError as exc:
+        raise EthtoolParseError("not JSON: %s" % exc) from None
+    if not isinstance(data, list) or not data:
+        raise EthtoolParseError("expected a non-empty JSON list of objects")
+    return data
+
+
+def _first_object(text):
+    obj = _json_objects(text)[0]
+    if not isinstance(obj, dict):
+        raise EthtoolParseError("expected a JSON object per device")
+    return obj
+
+
+# --- ethtool -i --------------------------------------------------------------------------------
+
+DRIVER_KEYS = (("driver", "driver"), ("version", "driver_version"),
+               ("firmware-version", "firmware_version"), ("bus-info", "bus_info"))
+
+
+def parse_driver_text(text):
+    """``ethtool -i`` -> {driver, driver_version, firmware_version, bus_info}; empty values are None."""
+    raw = {}
+    for line in text.splitlines():
+        key, value = _split_field(line)
+        if key is not None and key not in raw:
+            raw[key] = value
+    if "driver" not in raw:
+        raise EthtoolParseError("no 'driver:' line")
+    return dict((ours, raw.get(theirs) or None) for theirs, ours in DRIVER_KEYS)
+
+
+def parse_driver_json(text):
+    """``ethtool --json -i``: no ethtool release seen so far has it; an object with the same keys as the
+    text output is accepted should one appear."""
+    obj = _first_object(text)
+    if "driver" not in obj:
+        raise EthtoolParseError("no 'driver' key")
+    return dict((ours, (obj.get(theirs) or None)) for theirs, ours in DRIVER_KEYS)
+
+
+# --- ethtool -g --------------------------------------------------------------------------------
+
+
+def _two_section_counts(text, keys, header):
+    """Parse the "Pre-set maximums:" / "Current hardware settings:" layout shared by -g and -l.
+
+    Returns ({key: max}, {key: current}). Some ethtool builds print the values without the two
+    section headers; the first occurrence of a key is then the maximum, the second the current value.
+    """
+    maxima, current = {}, {}
+    section = None
+    seen_header = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(header):
+            seen_header = True
+            continue
+        if stripped.startswith("Pre-set maximums"):
+            section = maxima
+            continue
+        if stripped.startswith("Current hardware settings"):
+            section = current
+            continue
+        key, value = _split_field(stripped)
+        if key not in keys:
+            continue
+        if section is None:
+            section = maxima
+        if section is maxima and key in maxima:
+            section = current  # headerless layout: second block
+        section.setdefault(key, _int_or_none(value))
+    if not seen_header and not maxima and not current:
+        raise EthtoolParseError("no %r header and no values" % header)
+    return maxima, current
+
+
+def parse_rings_text(text):
+    """``ethtool -g`` -> {rx, tx, rx_max, tx_max} (None where the driver says n/a)."""
+    maxima, current = _two_section_counts(text, ("RX", "TX"), "Ring parameters for")
+    return {"rx": current.get("RX"), "tx": current.get("TX"),
+            "rx_max": maxima.get("RX"), "tx_max": maxima.get("TX")}
+
+
+def parse_rings_json(text):
+    """``ethtool --json -g``: keys rx, tx, rx-max, tx-max (absent when the driver does not report them)."""
+    obj = _first_object(text)
+    return {"rx": _int_or_none(obj.get("rx")), "tx": _int_or_none(obj.get("tx")),
+            "rx_max": _int_or_none(obj.get("rx-max")), "tx_max": _int_or_none(obj.get("tx-max"))}
+
+
+# --- ethtool -k --------------------------------------------------------------------------------
+
+_FEATURE_RE = re.compile(r"^\s*([A-Za-z0-9_.-]+):\s+(on|off)(?:\s+\[([^\]]*)\])?\s*$")
+
+
+def parse_features_text(text):
+    """``ethtool -k`` -> ({feature: active}, [features marked "[fixed]"]), every feature and sub-feature."""
+    features, fixed = {}, []
+    for line in text.splitlines():
+        match = _FEATURE_RE.match(line)
+        if not match:
+            continue
+        name, state, note = match.groups()
+        features[name] = state == "on"
+        if note == "fixed":
+            fixed.append(name)
+    if not features:
+        raise EthtoolParseError("no 'feature: on|off' lines")
+    return features, sorted(fixed)
+
+
+def parse_features_json(text):
+    """``ethtool --json -k``: {feature: {active, fixed, requested}}; ``fixed`` is null for a group whose
+    members differ, true only when all of them are fixed (the same rule as "[fixed]" in the text)."""
+    obj = _first_object(text)
+    features, fixed = {}, []
+    for name, value in obj.items():
+        if not isinstance(value, dict) or "active" not in value:
+            continue
+        features[name] = bool(value["active"])
+        if value.get("fixed") is True:
+            fixed.append(name)
+    if not features:
+        raise EthtoolParseError("no feature objects")
+    return features, sorted(fixed)
+
+
+# --- ethtool -c --------------------------------------------------------------------------------
+
+COALESCE_NUMBERS = (("rx-usecs", "rx_usecs"), ("tx-usecs", "tx_usecs"),
+                    ("rx-frames", "rx_frames"), ("tx-frames", "tx_frames"))
+_COALESCE_U32_KEYS = (
+    "stats-block-usecs", "sample-interval", "pkt-rate-low", "pkt-rate-high",
+    "rx-usecs", "rx-frames", "rx-usecs-irq", "rx-frames-irq", "tx-usecs", "tx-frames",
+    "tx-usecs-irq", "tx-frames-irq", "rx-usecs-low", "rx-frame-low", "tx-usecs-low",
+    "tx-frame-low", "rx-usecs-high", "rx-frame-high", "tx-usecs-high", "tx-frame-high",
+)
+_ADAPTIVE_RE = re.compile(r"Adaptive RX:\s*(\S+)\s+TX:\s*(\S+)")
+
+
+def parse_coalesce_text(text):
+    """``ethtool -c`` -> {adaptive_rx, adaptive_tx, rx_usecs, tx_usecs, rx_frames, tx_frames}."""
+    out = {"adaptive_rx": None, "adaptive_tx": None}
+    values = {}
+    seen = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("Coalesce parameters for"):
+            seen = True
+            continue
+        match = _ADAPTIVE_RE.match(stripped)
+        if match:
+            out["adaptive_rx"], out["adaptive_tx"] = _onoff(match.group(1)), _onoff(match.group(2))
+            seen = True
+            continue
+        key, value = _split_field(stripped)
+        if key is not None and key not in values:
+            values[key] = value
+    if not seen and not values:
+        raise EthtoolParseError("no 'Coalesce parameters' output")
+    for theirs, ours in COALESCE_NUMBERS:
+        out[ours] = _int_or_none(values.get(theirs))
+    return out
+
+
+def parse_coalesce_json(text):
+    """``ethtool --json -c``.
+
+    Releases with the January 2025 fix name the booleans adaptive-rx/adaptive-tx and
+    cqe-mode-rx/cqe-mode-tx. Earlier ones printed both pairs as "rx"/"tx" (duplicate keys: a plain JSON
+    load keeps the CQE pair and loses the adaptive one). Here an "rx"/"tx" seen before the first numeric key is adaptive
+    moderation, one seen after it is CQE mode.
+    """
+    objects = _json_objects(text, pairs=True)
+    items = objects[0]
+    if not isinstance(items, list):
+        raise EthtoolParseError("expected a JSON object per device")
+    out = {"adaptive_rx": None, "adaptive_tx": None}
+    numbers = {}
+    numeric_seen = False
+    for key, value in items:
+        if key in _COALESCE_U32_KEYS:
+            numeric_seen = True
+            numbers.setdefault(key, value)
+        elif key in ("adaptive-rx", "adaptive-tx"):
+            out["adaptive_" + key[-2:]] = bool(value)
+        elif key in ("rx", "tx") and not numeric_seen and isinstance(value, bool):
+            out["adaptive_" + key] = value
+    for theirs, ours in COALESCE_NUMBERS:
+        out[ours] = _int_or_none(numbers.get(theirs))
+    return out
+
+
+# --- ethtool -l --------------------------------------------------------------------------------
+
+CHANNEL_KEYS = (("RX", "rx"), ("TX", "tx"), ("Other", "other"), ("Combined", "combined"))
+
+
+def parse_channels_text(text):
+    """``ethtool -l`` -> {rx, tx, other, combined, rx_max, tx_max, other_max, combined_max}."""
+    maxima, current = _two_section_counts(text, [k for k, _ in CHANNEL_KEYS], "Channel parameters for")
+    out = {}
+    for theirs, ours in CHANNEL_KEYS:
+        out[ours] = current.get(theirs)
+    for theirs, ours in CHANNEL_KEYS:
+        out[ours + "_max"] = maxima.get(theirs)
+    return out
+
+
+def parse_channels_json(text):
+    """``ethtool --json -l`` (added to ethtool in April 2025): rx, tx, other, combined and their ``-max``."""
+    obj = _first_object(text)
+    out = {}
+    for _theirs, ours in CHANNEL_KEYS:
+        out[ours] = _int_or_none(obj.get(ours))
+    for _theirs, ours in CHANNEL_KEYS:
+        out[ours + "_max"] = _int_or_none(obj.get(ours + "-max"))
+    return out
+
+
+# --- running ethtool ---------------------------------------------------------------------------
+
+# section name -> (ethtool option, text parser, json parser)
+SECTIONS = (
+    ("driver", "-i", parse_driver_text, parse_driver_json),
+    ("rings", "-g", parse_rings_text, parse_rings_json),
+    ("offloads", "-k", parse_features_text, parse_features_json),
+    ("coalescing", "-c", parse_coalesce_text, parse_coalesce_json),
+    ("channels", "-l", parse_channels_text, parse_channels_json),
+)
+
+# What an ethtool says when it does not accept --json for a subcommand.
+_JSON_REFUSED = ("bad command line argument", "unexpected parameter", "unrecognized option",
+                 "unrecognised option", "invalid option", "--json")
+
+
+def _reason(rc, out, err):
+    lines = [line.strip() for line in (err or out or "").splitlines() if line.strip()]
+    # "netlink error: no device matches name (offset 24)" is followed by the errno text; keep the last.
+    text = lines[-1] if lines else "no output"
+    if text.startswith("netlink error: "):
+        text = text[len("netlink error: "):]
+    return "%s (ethtool rc=%s)" % (text, rc)
+
+
+class Ethtool:
+    """Runs ethtool subcommands: ``--json`` first, the text output when this ethtool refuses ``--json``
+    for that subcommand. Nothing is cached between interfaces, so a fixture directory may mix outputs of
+    several ethtool releases."""
+
+    def __init__(self, run, binary):
+        self.run = run
+        self.binary = binary
+
+    def query(self, option, ifname, text_parser, json_parser):
+        """(parsed value, "ethtool-json"|"ethtool-text", None) or (None, None, reason)."""
+        check_interface_name(ifname)
+        rc, out, err = self.run([self.binary, "--json", option, ifname])
+        if rc == 0:
+            if (out or "").lstrip().startswith("["):
+                try:
+                    return json_parser(out), "ethtool-json", None
+                except EthtoolParseError as exc:
+                    return None, None, "cannot parse 'ethtool --json %s' output: %s" % (option, exc)
+            # Some releases print the text output when --json is not implemented for a subcommand.
+            return self._parse_text(option, out, text_parser)
+        message = "%s\n%s" % (err or "", out or "")
+        if not any(marker in message for marker in _JSON_REFUSED):
+            return None, None, _reason(rc, out, err)
+        rc, out, err = self.run([self.binary, option, ifname])
+        if rc != 0:
+            return None, None, _reason(rc, out, err)
+        return self._parse_text(option, out, text_parser)
+
+    @staticmethod
+    def _parse_text(option, out, text_parser):
+        try:
+            return text_parser(out or ""), "ethtool-text", None
+        except EthtoolParseError as exc:
+            return None, None, "cannot parse 'ethtool %s' output: %s" % (option, exc)
+
+
+# --- sysfs -------------------------------------------------------------------------------------
+
+NET = "/sys/class/net"
+
+
+def list_interfaces(fs):
+    """Names under /sys/class/net, sorted (entries that are not valid interface names are skipped)."""
+    names = []
+    for path in fs.glob(NET + "/*"):
+        name = path.rsplit("/", 1)[-1]
+        if interface_name_error(name) is None and fs.exists("%s/%s/" % (NET, name)):
+            names.append(name)
+    return sorted(names)
+
+
+def is_physical(fs, name):
+    """A NIC backed by a device (PCI function, virtio device, ...): has a ``device`` link and is not
+    lo, a bridge or a veth."""
+    base = "%s/%s" % (NET, name)
+    if name == "lo" or fs.exists(base + "/bridge"):
+        return False
+    if not fs.exists(base + "/device"):
+        return False
+    return _sysfs_driver(fs, name) != "veth"
+
+
+def _sysfs_driver(fs, name):
+    link = fs.realpath("%s/%s/device/driver" % (NET, name))
+    if not fs.exists("%s/%s/device/driver" % (NET, name)):
+        return None
+    return link.rstrip("/").rsplit("/", 1)[-1] or None
+
+
+def _sysfs_bus_info(fs, name):
+    if not fs.exists("%s/%s/device" % (NET, name)):
+        return None
+    target = fs.realpath("%s/%s/device" % (NET, name)).rstrip("/").rsplit("/", 1)[-1]
+    return target if re.match(r"^[0-9a-fA-F]{4,}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$", target) else None
+
+
+def _read_sys(fs, path, unsupported, key):
+    text = fs.read(path)
+    if text is None:
+        unsupported[key] = ("unreadable: %s" % path) if fs.exists(path) else ("not present: %s" % path)
+        return None
+    return text.strip()
+
+
+def _sys_int(fs, path, unsupported, key, unknown=None):
+    text = _read_sys(fs, path, unsupported, key)
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        unsupported[key] = "unexpected value %r in %s" % (text[:40], path)
+        return None
+    if unknown is not None and value == unknown:
+        unsupported[key] = "kernel reports %d (unknown) in %s" % (value, path)
+        return None
+    return value
+
+
+def _empty_nic(name):
+    return {
+        "name": name, "present": False, "driver": None, "driver_version": None, "firmware_version": None,
+        "bus_info": None, "speed_mbps": None, "duplex": None, "mtu": None, "operstate": None,
+        "numa_node": None, "physical": False, "rings": None, "offloads": None, "offloads_fixed": [],
+        "coalescing": None, "channels": None, "source": None, "sources": {}, "unsupported": {},
+    }
+
+
+def read_nic(fs, name, ethtool=None, ethtool_missing=None):
+    """One entry of ``network.nics``. ``ethtool`` is an Ethtool runner, or None with ``ethtool_missing``
+    saying why."""
+    check_interface_name(name)
+    nic = _empty_nic(name)
+    unsupported = nic["unsupported"]
+    base = "%s/%s" % (NET, name)
+    if not fs.exists(base + "/"):
+        unsupported["present"] = "no such interface: %s" % base
+        return nic
+    nic["present"] = True
+    nic["physical"] = is_physical(fs, name)
+
+    speed = _sys_int(fs, base + "/speed", unsupported, "speed_mbps", unknown=-1)
+    if speed is not None and speed < 0:
+        unsupported["speed_mbps"] = "kernel reports %d in %s/speed" % (speed, base)
+        speed = None
+    nic["speed_mbps"] = speed
+    duplex = _read_sys(fs, base + "/duplex", unsupported, "duplex")
+    if duplex == "unknown":
+        unsupported["duplex"] = "kernel reports unknown in %s/duplex" % base
+        duplex = None
+    nic["duplex"] = duplex or None
+    nic["mtu"] = _sys_int(fs, base + "/mtu", unsupported, "mtu")
+    nic["operstate"] = _read_sys(fs, base + "/operstate", unsupported, "operstate") or None
+    if fs.exists(base + "/device"):
+        nic["numa_node"] = _sys_int(fs, base + "/device/numa_node", unsupported, "numa_node", unknown=-1)
+    else:
+        unsupported["numa_node"] = "no device link (virtual interface)"
+
+    if ethtool is None:
+        reason = "ethtool not available: %s" % (ethtool_missing or "not found")
+        for section, _option, _text, _json in SECTIONS:
+            unsupported[section] = reason
+        nic["driver"] = _sysfs_driver(fs, name)
+        nic["bus_info"] = _sysfs_bus_info(fs, name)
+        if nic["driver"] is not None:
+            unsupported["driver"] = reason + "; driver name from %s/device/driver" % base
+        return nic
+
+    for section, option, text_parser, json_parser in SECTIONS:
+        value, source, reason = ethtool.query(option, name, text_parser, json_parser)
+        if reason is not None:
+            unsupported[section] = reason
+            continue
+        nic["sources"][section] = source
+        if section == "driver":
+            nic.update(value)
+            if not value.get("firmware_version"):
+                unsupported["firmware_version"] = "ethtool -i reports no firmware version"
+        elif section == "offloads":
+            nic["offloads"], nic["offloads_fixed"] = value
+        else:
+            nic[section] = value
+    if "driver" in unsupported:
+        nic["driver"] = _sysfs_driver(fs, name)
+        nic["bus_info"] = _sysfs_bus_info(fs, name)
+    if nic["sources"]:
+        nic["source"] = "ethtool-json" if "ethtool-json" in nic["sources"].values() else "ethtool-text"
+    return nic
+
+
+# --- /proc/sys/net -----------------------------------------------------------------------------
+
+TCP_FILES = (
+    ("rmem", "/proc/sys/net/ipv4/tcp_rmem", "triple"),
+    ("wmem", "/proc/sys/net/ipv4/tcp_wmem", "triple"),
+    ("rmem_max", "/proc/sys/net/core/rmem_max", "int"),
+    ("wmem_max", "/proc/sys/net/core/wmem_max", "int"),
+    ("congestion_control", "/proc/sys/net/ipv4/tcp_congestion_control", "str"),
+    ("available_congestion_control", "/proc/sys/net/ipv4/tcp_available_congestion_control", "list"),
+    ("allowed_congestion_control", "/proc/sys/net/ipv4/tcp_allowed_congestion_control", "list"),
+    ("default_qdisc", "/proc/sys/net/core/default_qdisc", "str"),
+    ("mtu_probing", "/proc/sys/net/ipv4/tcp_mtu_probing", "int"),
+    ("slow_start_after_idle", "/proc/sys/net/ipv4/tcp_slow_start_after_idle", "int"),
+)
+
+
+def read_tcp(fs):
+    """``network.tcp``: each sysctl, None (lists: []) with the reason in ``unsupported`` when it cannot
+    be read (inside a network namespace some are hidden, e.g. default_qdisc)."""
+    tcp = {"unsupported": {}}
+    for key, path, kind in TCP_FILES:
+        text = fs.read(path)
+        empty = [] if kind == "list" else None
+        if text is None:
+            tcp[key] = empty
+            tcp["unsupported"][key] = ("unreadable: %s" % path) if fs.exists(path) else ("not present: %s" % path)
+            continue
+        words = text.split()
+        try:
+            if kind == "triple":
+                if len(words) != 3:
+                    raise ValueError
+                value = [int(w) for w in words]
+            elif kind == "int":
+                if len(words) != 1:
+                    raise ValueError
+                value = int(words[0])
+            elif kind == "list":
+                value = words
+            else:
+                value = words[0] if len(words) == 1 else None
+                if value is None:
+                    raise ValueError
+        except ValueError:
+            tcp[key] = empty
+            tcp["unsupported"][key] = "unexpected value %r in %s" % (text.strip()[:60], path)
+            continue
+        tcp[key] = value
+    return tcp
+
+
+# --- /sys/class/infiniband ---------------------------------------------------------------------
+
+_RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
+
+
+def _strip_code(text):
+    """"4: ACTIVE" -> "ACTIVE"."""
+    if text is None:
+        return None
+    value = text.strip()
+    match = re.match(r"^\d+:\s*(.*)$", value)
+    return (match.group(1) if match else value) or None
+
+
+def parse_ib_rate(text):
+    """"400 Gb/sec (4X NDR)" -> 400.0; None when unparsable."""
+    match = _RATE_RE.match(text or "")
+    return float(match.group(1)) if match else None
+
+
+def read_infiniband(fs):
+    ports = []
+    for path in fs.glob("/sys/class/infiniband/*/ports/*"):
+        parts = path.split("/")
+        device, port = parts[-3], parts[-1]
+        if not port.isdigit():
+            continue
+        ports.append({
+            "device": device,
+            "port": int(port),
+            "state": _strip_code(fs.read(path + "/state")),
+            "phys_state": _strip_code(fs.read(path + "/phys_state")),
+            "rate_gbps": parse_ib_rate(fs.read(path + "/rate")),
+            "link_layer": (fs.read(path + "/link_layer") or "").strip() or None,
+        })
+    ports.sort(key=lambda p: (p["device"], p["port"]))
+    return ports
+
+
+# --- everything --------------------------------------------------------------------------------
+
+
+def collect(fs, run, interfaces=None, ethtool="ethtool", ethtool_missing=None):
+    """The ``network`` fact.
+
+    ``interfaces``: names to report (a missing one is reported with present=false); None: every
+    physical NIC. ``ethtool``: the binary to run, or None (``ethtool_missing`` says why) to report NICs
+    from sysfs alone. Raises InvalidInterfaceName before running anything if a name is not acceptable.
+    """
+    if interfaces is None:
+        names = [n for n in list_interfaces(fs) if is_physical(fs, n)]
+    else:
+        names = []
+        for name in interfaces:
+            check_interface_name(name)
+            if name not in names:
+                names.append(name)
+    runner = Ethtool(run, ethtool) if ethtool else None
+    nics = [read_nic(fs, name, runner, ethtool_missing) for name in names]
+    return {"nics": nics, "tcp": read_tcp(fs), "infiniband": read_infiniband(fs), "peers": []}
+
+
+# --- peers -------------------------------------------------------------------------------------
+
+
+def _median(values):
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+def _connect_error(exc):
+    if isinstance(exc, socket.timeout):
+        return "timed out"
+    text = getattr(exc, "strerror", None) or str(exc) or exc.__class__.__name__
+    return text
+
+
+def measure_rtt(peers, timeout=3.0, attempts=3):
+    """TCP connect time to each peer: [{name, host, port, rtt_ms, error}].
+
+    The name is resolved once (resolution time is not counted), then ``attempts`` connects are timed;
+    ``rtt_ms`` is the median of the successful ones (3 decimals). ``error`` says why ``rtt_ms`` is None
+    (resolution failed, or every attempt failed, with the last error); it is None when a time was
+    measured. A TCP handshake takes one round trip, so this is the path RTT plus accept latency.
+    """
+    results = []
+    for peer in peers or []:
+        host = peer.get("host")
+        port = int(peer.get("port") or 22)
+        entry = {"name": peer.get("name"), "host": host, "port": port, "rtt_ms": None, "error": None}
+        results.append(entry)
+        try:
+            infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError, OSError) as exc:
+            entry["error"] = "cannot resolve %s: %s" % (host, _connect_error(exc))
+            continue
+        family, socktype, proto, _canon, address = infos[0]
+        times, last_error = [], None
+        for _ in range(max(1, int(attempts))):
+            sock = socket.socket(family, socktype, proto)
+            sock.settimeout(timeout)
+            start = time.monotonic()
+            try:
+                sock.connect(address)
+                times.append((time.monotonic() - start) * 1000.0)
+            except (OSError, socket.timeout) as exc:
+                last_error = _connect_error(exc)
+            finally:
+                sock.close()
+        if times:
+            entry["rtt_ms"] = round(_median(times), 3)
+        else:
+            entry["error"] = "connect to %s port %d failed: %s" % (host, port, last_error)
+    return results

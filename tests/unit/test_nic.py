@@ -1,0 +1,590 @@
+"""module_utils/nic.py: ethtool parsers against recorded driver outputs, sysfs/procfs readers, RTT.
+
+Every recorded interface under tests/fixtures/ethtool/<driver>/<ifname>/ is parsed from its text output
+and checked against the values written in EXPECTED (read off the recordings by hand), and every JSON
+variant must parse to exactly what its text counterpart gives.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible_collections.gpufleet.tuning.plugins.module_utils import nic
+from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
+
+REPO = Path(__file__).resolve().parents[2]
+ETHTOOL_FIX = REPO / "tests" / "fixtures" / "ethtool"
+FAKE_ETHTOOL = ETHTOOL_FIX / "fake-ethtool"
+
+SECTION_FILES = {
+    "driver": ("driver", nic.parse_driver_text, nic.parse_driver_json),
+    "rings": ("show-ring", nic.parse_rings_text, nic.parse_rings_json),
+    "offloads": ("show-features", nic.parse_features_text, nic.parse_features_json),
+    "coalescing": ("show-coalesce", nic.parse_coalesce_text, nic.parse_coalesce_json),
+    "channels": ("show-channels", nic.parse_channels_text, nic.parse_channels_json),
+}
+
+
+def load_netroot():
+    spec = importlib.util.spec_from_file_location("gpufleet_sim_netroot", REPO / "tests/sim/host/netroot.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpufleet_sim_netroot", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+netroot = load_netroot()
+
+
+def _ch(rx=None, tx=None, other=None, combined=None, rx_max=None, tx_max=None, other_max=None, combined_max=None):
+    return {"rx": rx, "tx": tx, "other": other, "combined": combined, "rx_max": rx_max, "tx_max": tx_max,
+            "other_max": other_max, "combined_max": combined_max}
+
+
+def _coal(arx, atx, rx_usecs, rx_frames, tx_usecs, tx_frames):
+    return {"adaptive_rx": arx, "adaptive_tx": atx, "rx_usecs": rx_usecs, "tx_usecs": tx_usecs,
+            "rx_frames": rx_frames, "tx_frames": tx_frames}
+
+
+# (driver, interface) -> expected values, read off the recorded files.
+EXPECTED = {
+    ("virtio_net", "eth0"): {
+        "driver": {"driver": "virtio_net", "driver_version": "1.0.0", "firmware_version": None,
+                   "bus_info": "0000:00:03.0"},
+        "rings": {"rx": 256, "tx": 256, "rx_max": 256, "tx_max": 256},
+        "coalescing": _coal(False, None, 0, 1, 0, 1),
+        "channels": _ch(combined=1, combined_max=1),
+        "offloads_on": ["tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload",
+                        "rx-checksumming", "tx-checksumming", "scatter-gather", "rx-gro-hw"],
+        "offloads_off": ["large-receive-offload", "tx-checksum-ipv4", "ntuple-filters"],
+        "fixed": ["rx-checksumming", "large-receive-offload", "highdma", "rx-gro-hw"],
+        "not_fixed": ["tx-checksumming", "generic-receive-offload", "tcp-segmentation-offload"],
+        "speed": -1, "mtu": 1400,
+    },
+    ("mlx5_core", "enp1s0f0np0"): {
+        "driver": {"driver": "mlx5_core", "driver_version": "6.8.12-8-pve",
+                   "firmware_version": "14.32.1900 (MT_2420110034)", "bus_info": "0000:01:00.0"},
+        "rings": {"rx": 1024, "tx": 1024, "rx_max": 8192, "tx_max": 8192},
+        "coalescing": _coal(True, True, 8, 128, 8, 128),
+        "channels": _ch(combined=12, combined_max=12),
+        "offloads_on": ["tcp-segmentation-offload", "generic-receive-offload", "receive-hashing", "macsec-hw-offload"],
+        "offloads_off": ["large-receive-offload", "rx-gro-hw", "hw-tc-offload"],
+        "fixed": ["highdma", "rx-gro-hw", "tx-checksum-ipv4", "tls-hw-tx-offload"],
+        "not_fixed": ["large-receive-offload", "macsec-hw-offload", "ntuple-filters"],
+        "speed": 25000, "mtu": 1500,
+    },
+    ("mlx5_core", "ens1f0np0"): {
+        "driver": {"driver": "mlx5_core", "driver_version": "6.1.132-147.221.amzn2023.x86_64",
+                   "firmware_version": "28.40.1000 (MT_0000000834)", "bus_info": "0000:05:00.0"},
+        "rings": {"rx": 1024, "tx": 1024, "rx_max": 8192, "tx_max": 8192},
+        "coalescing": _coal(True, True, 8, 128, 8, 128),
+        "channels": _ch(combined=64, combined_max=64),
+        "offloads_on": ["tcp-segmentation-offload", "generic-receive-offload"],
+        "offloads_off": ["large-receive-offload", "rx-gro-hw", "macsec-hw-offload"],
+        "fixed": ["macsec-hw-offload", "highdma"],
+        "not_fixed": ["rx-gro-hw", "large-receive-offload"],
+        "speed": 200000, "mtu": 9000,
+    },
+    ("mlx5_core", "eth0"): {
+        "driver": {"driver": "mlx5_core", "driver_version": "6.8.0-49-generic",
+                   "firmware_version": "22.41.1000 (MT_0000000359)", "bus_info": "0000:41:00.0"},
+        "rings": {"rx": 1024, "tx": 1024, "rx_max": 8192, "tx_max": 8192},
+        "coalescing": _coal(False, False, 33, 88, 158, 128),
+        "channels": _ch(combined=63, combined_max=63),
+        "offloads_on": ["tcp-segmentation-offload", "generic-receive-offload"],
+        "offloads_off": ["large-receive-offload"],
+        "fixed": ["highdma"],
+        "not_fixed": ["rx-gro-hw"],
+        "speed": 100000, "mtu": 9000,
+    },
+    ("ice", "eth0"): {
+        "driver": {"driver": "ice", "driver_version": "6.6.58-0-lts",
+                   "firmware_version": "2.50 0x800077a8 1.2960.0", "bus_info": "0000:e1:00.0"},
+        "rings": {"rx": 2048, "tx": 256, "rx_max": 8160, "tx_max": 8160},
+        "coalescing": _coal(True, True, 50, None, 50, None),
+        "channels": _ch(0, 0, 1, 32, 32, 32, 1, 32),
+        "offloads_on": ["tcp-segmentation-offload", "generic-receive-offload", "ntuple-filters", "tx-checksum-sctp"],
+        "offloads_off": ["large-receive-offload", "loopback"],
+        "fixed": ["large-receive-offload", "rx-fcs"],
+        "not_fixed": ["highdma", "loopback"],
+        "speed": 100000, "mtu": 1500,
+    },
+    ("ena", "ens5"): {
+        "driver": {"driver": "ena", "driver_version": "6.8.0-1044-aws", "firmware_version": None,
+                   "bus_info": "0000:7e:00.0"},
+        "rings": {"rx": 1024, "tx": 1024, "rx_max": 16384, "tx_max": 1024},
+        "coalescing": _coal(False, False, 0, 0, 0, 0),
+        "channels": _ch(combined=4, combined_max=4),
+        "offloads_on": ["generic-segmentation-offload", "generic-receive-offload", "tx-checksumming",
+                        "tx-checksum-ipv4", "receive-hashing"],
+        "offloads_off": ["tcp-segmentation-offload", "rx-checksumming", "large-receive-offload"],
+        "fixed": ["rx-checksumming", "tx-tcp-segmentation", "large-receive-offload"],
+        "not_fixed": ["tcp-segmentation-offload", "generic-receive-offload"],
+        "speed": -1, "mtu": 9001,
+    },
+    ("bnxt_en", "enp193s0f0np0"): {
+        "driver": {"driver": "bnxt_en", "driver_version": "6.6.43", "firmware_version": "220.0.59.0/pkg 220.0.83.0",
+                   "bus_info": "0000:c1:00.0"},
+        "rings": {"rx": 511, "tx": 511, "rx_max": 2047, "tx_max": 2047},
+        "coalescing": _coal(True, None, 10, 15, 28, 30),
+        "channels": _ch(0, 0, None, 20, 32, 32, None, 32),
+        "offloads_on": ["tcp-segmentation-offload", "generic-receive-offload", "rx-gro-hw", "rx-checksumming"],
+        "offloads_off": ["large-receive-offload", "ntuple-filters"],
+        "fixed": ["highdma", "vlan-challenged"],
+        "not_fixed": ["large-receive-offload", "rx-gro-hw"],
+        "speed": 100000, "mtu": 9000,
+    },
+}
+
+
+def recorded_interfaces():
+    found = []
+    for driver_dir in sorted(p for p in ETHTOOL_FIX.iterdir() if p.is_dir()):
+        for if_dir in sorted(p for p in driver_dir.iterdir() if p.is_dir()):
+            found.append((driver_dir.name, if_dir.name))
+    return found
+
+
+def json_variants():
+    out = []
+    for driver, ifname in recorded_interfaces():
+        for section, (fname, _t, _j) in SECTION_FILES.items():
+            if (ETHTOOL_FIX / driver / ifname / (fname + ".json")).exists():
+                out.append((driver, ifname, section))
+    return out
+
+
+def _read(driver, ifname, fname):
+    return (ETHTOOL_FIX / driver / ifname / fname).read_text()
+
+
+def _ids(params):
+    return ["/".join(p) for p in params]
+
+
+def test_every_recording_has_expectations_and_all_five_subcommands():
+    assert set(recorded_interfaces()) == set(EXPECTED)
+    assert {d for d, _ in EXPECTED} == {"mlx5_core", "ice", "ena", "virtio_net", "bnxt_en"}
+    for driver, ifname in EXPECTED:
+        folder = ETHTOOL_FIX / driver / ifname
+        for fname, _t, _j in SECTION_FILES.values():
+            assert (folder / fname).is_file(), f"{driver}/{ifname}: no {fname}"
+        assert (folder / "speed").is_file() and (folder / "mtu").is_file()
+        assert (ETHTOOL_FIX / driver / "README.md").is_file(), f"{driver}: sources not documented"
+
+
+@pytest.mark.parametrize("driver, ifname", sorted(EXPECTED), ids=_ids(sorted(EXPECTED)))
+def test_text_parsers_on_recorded_output(driver, ifname):
+    exp = EXPECTED[(driver, ifname)]
+    assert nic.parse_driver_text(_read(driver, ifname, "driver")) == exp["driver"]
+    assert nic.parse_rings_text(_read(driver, ifname, "show-ring")) == exp["rings"]
+    assert nic.parse_coalesce_text(_read(driver, ifname, "show-coalesce")) == exp["coalescing"]
+    assert nic.parse_channels_text(_read(driver, ifname, "show-channels")) == exp["channels"]
+    features, fixed = nic.parse_features_text(_read(driver, ifname, "show-features"))
+    for name in exp["offloads_on"]:
+        assert features[name] is True, name
+    for name in exp["offloads_off"]:
+        assert features[name] is False, name
+    for name in exp["fixed"]:
+        assert name in fixed, name
+    for name in exp["not_fixed"]:
+        assert name not in fixed, name
+    # Every top-level feature the rule catalog looks at is present.
+    for name in ("tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload",
+                 "rx-checksumming", "tx-checksumming", "scatter-gather", "large-receive-offload"):
+        assert name in features, name
+    assert fixed == sorted(fixed)
+    assert int(_read(driver, ifname, "speed")) == exp["speed"]
+    assert int(_read(driver, ifname, "mtu")) == exp["mtu"]
+
+
+@pytest.mark.parametrize("driver, ifname, section", json_variants(), ids=_ids(json_variants()))
+def test_json_and_text_agree(driver, ifname, section):
+    fname, text_parser, json_parser = SECTION_FILES[section]
+    from_text = text_parser(_read(driver, ifname, fname))
+    from_json = json_parser(_read(driver, ifname, fname + ".json"))
+    assert from_json == from_text
+
+
+def test_json_variants_cover_every_json_capable_subcommand():
+    sections = {s for _d, _i, s in json_variants()}
+    assert sections == {"rings", "offloads", "coalescing", "channels"}  # ethtool has no --json for -i
+    assert len(json_variants()) >= 12
+
+
+def test_features_json_real_recording_counts():
+    # The virtio_net JSON is ethtool 6.1's own output on this project's lab VM.
+    features, fixed = nic.parse_features_json(_read("virtio_net", "eth0", "show-features.json"))
+    raw = json.loads(_read("virtio_net", "eth0", "show-features.json"))[0]
+    assert len(features) == len(raw) - 1  # every key but ifname
+    assert len(fixed) == sum(1 for k, v in raw.items() if k != "ifname" and v["fixed"] is True)
+
+
+def test_coalesce_json_duplicate_keys_of_older_ethtool():
+    # ethtool before the January 2025 fix printed adaptive and CQE booleans both as "rx"/"tx" (the sample
+    # in the patch that renamed them). A plain dict load keeps the CQE pair: adaptive RX would read as on.
+    text = _read("mlx5_core", "eth0", "show-coalesce.json")
+    assert json.loads(text)[0]["rx"] is True
+    got = nic.parse_coalesce_json(text)
+    assert got["adaptive_rx"] is False and got["adaptive_tx"] is False
+    assert (got["rx_usecs"], got["rx_frames"], got["tx_usecs"], got["tx_frames"]) == (33, 88, 158, 128)
+
+
+def test_coalesce_json_new_keys_and_cqe_only():
+    new = '[ {"ifname": "x", "adaptive-rx": false, "adaptive-tx": true, "rx-usecs": 3, "cqe-mode-rx": true} ]'
+    assert nic.parse_coalesce_json(new)["adaptive_rx"] is False
+    assert nic.parse_coalesce_json(new)["adaptive_tx"] is True
+    # Old format, driver without adaptive moderation but with CQE mode: the pair comes after the numbers.
+    old = '[ {"ifname": "x", "rx-usecs": 3, "tx-usecs": 16, "rx": true, "tx": false} ]'
+    got = nic.parse_coalesce_json(old)
+    assert got["adaptive_rx"] is None and got["adaptive_tx"] is None and got["tx_usecs"] == 16
+
+
+# ethtool -g of a Marvell AQC113 (atlantic), from systemd/systemd#41289: this ethtool printed no section
+# headers, so the first RX/TX are the maxima and the second the current sizes.
+HEADERLESS_RING = (
+    "Ring parameters for eth0:\nRX:\t\t\t8184\nRX Mini:\t\tn/a\nRX Jumbo:\t\tn/a\nTX:\t\t\t8184\n"
+    "TX push buff len:\tn/a\nHDS thresh:\t\tn/a\nRX:\t\t\t2048\nRX Mini:\t\tn/a\nRX Jumbo:\t\tn/a\n"
+    "TX:\t\t\t4096\nRX Buf Len:\t\tn/a\nCQE Size:\t\tn/a\nTX Push:\t\toff\nRX Push:\t\toff\n"
+    "TX push buff len:\tn/a\nTCP data split:\t\tn/a\nHDS thresh:\t\tn/a\n"
+)
+
+
+def test_ring_text_without_section_headers():
+    assert nic.parse_rings_text(HEADERLESS_RING) == {"rx": 2048, "tx": 4096, "rx_max": 8184, "tx_max": 8184}
+
+
+def test_channels_json_as_published():
+    # `ethtool -j -l` example from the patch adding it (April 2025), first device.
+    text = ('[ {"ifname": "eth0", "rx-max": 32, "tx-max": 32, "combined-max": 32, "rx": 0, "tx": 0, '
+            '"combined": 20}, {"ifname": "veth0", "rx-max": 80, "tx-max": 80, "rx": 1, "tx": 1} ]')
+    assert nic.parse_channels_json(text) == _ch(0, 0, None, 20, 32, 32, None, 32)
+
+
+@pytest.mark.parametrize(
+    "parser, text",
+    [
+        (nic.parse_driver_text, "netlink error: Operation not supported\n"),
+        (nic.parse_rings_text, ""),
+        (nic.parse_features_text, "Features for eth0:\n"),
+        (nic.parse_coalesce_text, ""),
+        (nic.parse_channels_text, "garbage\n"),
+        (nic.parse_rings_json, "[ ]"),
+        (nic.parse_features_json, "{not json"),
+        (nic.parse_coalesce_json, '{"rx": true}'),
+        (nic.parse_channels_json, "[ 1 ]"),
+    ],
+)
+def test_parsers_reject_what_is_not_their_output(parser, text):
+    with pytest.raises(nic.EthtoolParseError):
+        parser(text)
+
+
+# --- interface names -----------------------------------------------------------------------------
+
+GOOD_NAMES = ["eth0", "enp1s0f0np0", "ens1f0np0", "enP1s11f0np0", "bond0.100", "veth_a", "ib0", "a", "x" * 15,
+              "eno1@if3", "br-lan"]
+BAD_NAMES = {
+    "": "empty",
+    "eth0;reboot": "';'",
+    "../x": "'/'",
+    "x" * 16: "longer than 15",
+    "$(id)": "'$'",
+    "-s": "starts with '-'",
+    ".hidden": "starts with '.'",
+    "..": "'.' and '..'",
+    "eth 0": "whitespace",
+    "eth0\n": "whitespace",
+    "eth0:1": "':'",
+    "a|b": "'|'",
+    "`id`": "'`'",
+    "eth\u00e9": "'\u00e9'",
+}
+
+
+@pytest.mark.parametrize("name", GOOD_NAMES)
+def test_valid_interface_names(name):
+    assert nic.interface_name_error(name) is None
+    assert nic.check_interface_name(name) == name
+
+
+@pytest.mark.parametrize("name", sorted(BAD_NAMES), ids=repr)
+def test_invalid_interface_names(name):
+    why = nic.interface_name_error(name)
+    assert why is not None and BAD_NAMES[name] in why
+    with pytest.raises(nic.InvalidInterfaceName, match="1-15 characters"):
+        nic.check_interface_name(name)
+
+
+# --- the ethtool runner --------------------------------------------------------------------------
+
+
+class FakeRun:
+    """run(argv) stand-in: answers from a dict keyed by the argv tuple, records every call."""
+
+    def __init__(self, answers):
+        self.answers = answers
+        self.calls = []
+
+    def __call__(self, argv):
+        assert isinstance(argv, list) and all(isinstance(a, str) for a in argv)
+        self.calls.append(tuple(argv))
+        return self.answers.get(tuple(argv), (1, "", "netlink error: Operation not supported\n"))
+
+
+BAD_ARGS = (1, "", "ethtool: bad command line argument(s)\nFor more information run ethtool -h\n")
+
+
+def test_json_refused_falls_back_to_text():
+    ring = _read("mlx5_core", "enp1s0f0np0", "show-ring")
+    run = FakeRun({("ethtool", "--json", "-g", "eth0"): BAD_ARGS, ("ethtool", "-g", "eth0"): (0, ring, "")})
+    value, source, reason = nic.Ethtool(run, "ethtool").query("-g", "eth0", nic.parse_rings_text,
+                                                             nic.parse_rings_json)
+    assert (value["rx_max"], source, reason) == (8192, "ethtool-text", None)
+    assert run.calls == [("ethtool", "--json", "-g", "eth0"), ("ethtool", "-g", "eth0")]
+
+
+def test_json_accepted():
+    text = _read("mlx5_core", "ens1f0np0", "show-ring.json")
+    run = FakeRun({("ethtool", "--json", "-g", "eth0"): (0, text, "")})
+    value, source, reason = nic.Ethtool(run, "ethtool").query("-g", "eth0", nic.parse_rings_text,
+                                                             nic.parse_rings_json)
+    assert (value["rx"], source, reason) == (1024, "ethtool-json", None)
+    assert len(run.calls) == 1
+
+
+def test_unsupported_operation_is_a_reason_without_text_retry():
+    run = FakeRun({})
+    value, source, reason = nic.Ethtool(run, "/usr/sbin/ethtool").query("-c", "veth0", nic.parse_coalesce_text,
+                                                                       nic.parse_coalesce_json)
+    assert value is None and source is None
+    assert reason == "Operation not supported (ethtool rc=1)"
+    assert run.calls == [("/usr/sbin/ethtool", "--json", "-c", "veth0")]
+
+
+def test_text_printed_despite_json_flag():
+    text = _read("virtio_net", "eth0", "show-channels")
+    run = FakeRun({("ethtool", "--json", "-l", "eth0"): (0, text, "")})
+    value, source, _ = nic.Ethtool(run, "ethtool").query("-l", "eth0", nic.parse_channels_text,
+                                                        nic.parse_channels_json)
+    assert source == "ethtool-text" and value["combined"] == 1
+
+
+def test_invalid_name_never_reaches_ethtool():
+    run = FakeRun({})
+    with pytest.raises(nic.InvalidInterfaceName):
+        nic.Ethtool(run, "ethtool").query("-i", "eth0;reboot", nic.parse_driver_text, nic.parse_driver_json)
+    with pytest.raises(nic.InvalidInterfaceName):
+        nic.collect(HostFS("/"), run, interfaces=["ok0", "$(id)"])
+    assert run.calls == []
+
+
+# --- sysfs / procfs through HostFS ---------------------------------------------------------------
+
+
+def _fake_run(directory):
+    env = {**os.environ, "FAKE_ETHTOOL_DIR": str(directory)}
+
+    def run(argv):
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    return run
+
+
+def test_collect_from_fixture_root_and_fake_ethtool(tmp_path):
+    root = netroot.build_netroot(
+        tmp_path / "root",
+        nics=[
+            {"name": "ens1f0np0", "driver": "mlx5_core", "mtu": 9000, "speed": 200000, "numa_node": 1},
+            {"name": "enp1s0f0np0", "driver": "mlx5_core", "speed": 25000, "numa_node": -1},
+            {"name": "eth0", "driver": "mlx5_core", "speed": -1},
+            {"name": "veth0", "driver": "veth", "physical": False, "speed": 10000},
+        ],
+        infiniband=[{"device": "mlx5_0", "port": 1, "rate_gbps": 400},
+                    {"device": "mlx5_1", "port": 1, "state": "DOWN", "phys_state": "Disabled", "rate_gbps": 100,
+                     "link_layer": "Ethernet"}],
+    )
+    net = nic.collect(HostFS(str(root)), _fake_run(ETHTOOL_FIX / "mlx5_core"), ethtool=str(FAKE_ETHTOOL))
+    by_name = {n["name"]: n for n in net["nics"]}
+    assert list(by_name) == ["enp1s0f0np0", "ens1f0np0", "eth0"]  # physical only, sorted; no veth0
+    cx7 = by_name["ens1f0np0"]
+    assert cx7["present"] and cx7["physical"] and cx7["numa_node"] == 1 and cx7["mtu"] == 9000
+    assert cx7["speed_mbps"] == 200000 and cx7["duplex"] == "full" and cx7["operstate"] == "up"
+    assert cx7["source"] == "ethtool-json"
+    assert cx7["sources"] == {"driver": "ethtool-text", "rings": "ethtool-json", "offloads": "ethtool-json",
+                              "coalescing": "ethtool-json", "channels": "ethtool-json"}
+    assert cx7["rings"] == EXPECTED[("mlx5_core", "ens1f0np0")]["rings"]
+    assert cx7["unsupported"] == {}
+    cx4 = by_name["enp1s0f0np0"]
+    assert cx4["numa_node"] is None and "numa_node" in cx4["unsupported"]
+    assert cx4["sources"]["rings"] == "ethtool-text" and cx4["sources"]["offloads"] == "ethtool-json"
+    assert by_name["eth0"]["speed_mbps"] is None and "-1" in by_name["eth0"]["unsupported"]["speed_mbps"]
+    assert net["infiniband"] == [
+        {"device": "mlx5_0", "port": 1, "state": "ACTIVE", "phys_state": "LinkUp", "rate_gbps": 400.0,
+         "link_layer": "InfiniBand"},
+        {"device": "mlx5_1", "port": 1, "state": "DOWN", "phys_state": "Disabled", "rate_gbps": 100.0,
+         "link_layer": "Ethernet"},
+    ]
+    assert net["peers"] == []
+
+
+def test_named_interfaces_missing_virtual_and_unknown_to_ethtool(tmp_path):
+    root = netroot.build_netroot(tmp_path / "root", nics=[
+        {"name": "veth0", "driver": "veth", "physical": False},
+        {"name": "ens9", "driver": "ice", "bus_info": "0000:e1:00.0"},
+    ])
+    net = nic.collect(HostFS(str(root)), _fake_run(ETHTOOL_FIX / "ice"), interfaces=["veth0", "nope0", "ens9"],
+                      ethtool=str(FAKE_ETHTOOL))
+    veth, missing, ens9 = net["nics"]
+    assert veth["present"] and not veth["physical"] and veth["numa_node"] is None
+    assert missing["present"] is False and missing["driver"] is None and missing["rings"] is None
+    assert "no such interface" in missing["unsupported"]["present"]
+    # ens9 exists in sysfs but the recorded ethtool knows no such device: sysfs gives driver and bus.
+    assert ens9["driver"] == "ice" and ens9["bus_info"] == "0000:e1:00.0"
+    assert "Cannot get driver information: No such device (ethtool rc=71)" == ens9["unsupported"]["driver"]
+    assert ens9["unsupported"]["rings"] == "No such device (ethtool rc=1)"
+    assert ens9["source"] is None and ens9["rings"] is None
+
+
+def test_without_ethtool(tmp_path):
+    root = netroot.build_netroot(tmp_path / "root", nics=[{"name": "ens5", "driver": "ena", "mtu": 9001}])
+    net = nic.collect(HostFS(str(root)), FakeRun({}), ethtool=None, ethtool_missing="ethtool not found in PATH")
+    (ens5,) = net["nics"]
+    assert ens5["driver"] == "ena" and ens5["mtu"] == 9001 and ens5["source"] is None
+    for section in ("rings", "offloads", "coalescing", "channels"):
+        assert ens5[section] is None
+        assert ens5["unsupported"][section] == "ethtool not available: ethtool not found in PATH"
+    assert ens5["offloads_fixed"] == []
+
+
+def test_physical_excludes_lo_bridges_and_veth(tmp_path):
+    root = netroot.build_netroot(tmp_path / "root", nics=[
+        {"name": "lo", "physical": False}, {"name": "br0", "physical": False}, {"name": "eth0"},
+        {"name": "vethx", "driver": "veth"},  # a veth with a device link still is not a NIC
+    ])
+    (root / "sys/class/net/br0/bridge").mkdir()
+    fs = HostFS(str(root))
+    assert nic.list_interfaces(fs) == ["br0", "eth0", "lo", "vethx"]
+    assert [n for n in nic.list_interfaces(fs) if nic.is_physical(fs, n)] == ["eth0"]
+
+
+def test_tcp_stock_defaults(tmp_path):
+    root = netroot.build_netroot(tmp_path / "root", nics=[])
+    assert nic.read_tcp(HostFS(str(root))) == {
+        "rmem": [4096, 131072, 6291456], "wmem": [4096, 16384, 4194304], "rmem_max": 212992, "wmem_max": 212992,
+        "congestion_control": "cubic", "available_congestion_control": ["reno", "cubic"],
+        "allowed_congestion_control": ["reno", "cubic"], "default_qdisc": "fq_codel", "mtu_probing": 0,
+        "slow_start_after_idle": 1, "unsupported": {},
+    }
+    assert (root / "proc/sys/net/ipv4/tcp_rmem").read_text() == "4096\t131072\t6291456\n"
+
+
+def test_tcp_namespace_like_and_malformed(tmp_path):
+    root = netroot.build_netroot(tmp_path / "root", nics=[], tcp={
+        "default_qdisc": None, "available_congestion_control": None, "rmem": "4096 87380 67108864",
+        "congestion_control": "bbr", "mtu_probing": 1})
+    (root / "proc/sys/net/ipv4/tcp_wmem").write_text("4096 16384\n")
+    tcp = nic.read_tcp(HostFS(str(root)))
+    assert tcp["rmem"] == [4096, 87380, 67108864] and tcp["congestion_control"] == "bbr" and tcp["mtu_probing"] == 1
+    assert tcp["default_qdisc"] is None and tcp["unsupported"]["default_qdisc"].startswith("not present:")
+    assert tcp["available_congestion_control"] == [] and "available_congestion_control" in tcp["unsupported"]
+    assert tcp["wmem"] is None and "unexpected value" in tcp["unsupported"]["wmem"]
+    assert set(tcp["unsupported"]) == {"default_qdisc", "available_congestion_control", "wmem"}
+
+
+def test_unreadable_sysfs_file_is_a_reason(tmp_path):
+    # Reading /sys/class/net/X/speed of a link that is down fails with EINVAL: exists, but unreadable.
+    root = netroot.build_netroot(tmp_path / "root", nics=[{"name": "eth0", "speed": None}])
+    (root / "sys/class/net/eth0/speed").mkdir()
+    got = nic.read_nic(HostFS(str(root)), "eth0")
+    assert got["speed_mbps"] is None and got["unsupported"]["speed_mbps"].startswith("unreadable:")
+
+
+@pytest.mark.parametrize("text, rate", [("400 Gb/sec (4X NDR)\n", 400.0), ("2.5 Gb/sec (1X SDR)", 2.5),
+                                        ("56 Gb/sec (4X FDR)", 56.0), ("", None), ("fast", None)])
+def test_ib_rate(text, rate):
+    assert nic.parse_ib_rate(text) == rate
+
+
+# --- measure_rtt ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def listener():
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+def _closed_port():
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def test_measure_rtt_open_closed_and_unresolvable(listener):
+    closed = _closed_port()
+    got = nic.measure_rtt([
+        {"name": "open", "host": "127.0.0.1", "port": listener},
+        {"name": "closed", "host": "127.0.0.1", "port": closed},
+        {"name": "nowhere", "host": "no-such-host.invalid"},
+    ], timeout=2.0, attempts=3)
+    assert [g["name"] for g in got] == ["open", "closed", "nowhere"]
+    assert isinstance(got[0]["rtt_ms"], float) and 0 <= got[0]["rtt_ms"] < 1000 and got[0]["error"] is None
+    assert got[1]["rtt_ms"] is None and "refused" in got[1]["error"].lower()
+    assert got[1]["port"] == closed
+    assert got[2]["rtt_ms"] is None and got[2]["error"].startswith("cannot resolve no-such-host.invalid")
+    assert got[2]["port"] == 22
+
+
+def test_measure_rtt_is_the_median():
+    assert nic._median([5.0, 1.0, 3.0]) == 3.0
+    assert nic._median([4.0, 1.0]) == 2.5
+    assert nic.measure_rtt([]) == []
+
+
+# --- fake-ethtool itself (the demo fleet relies on it) ---------------------------------------------
+
+
+def _fake(args, directory=ETHTOOL_FIX / "mlx5_core"):
+    env = {**os.environ, "FAKE_ETHTOOL_DIR": str(directory)}
+    proc = subprocess.run([str(FAKE_ETHTOOL), *args], capture_output=True, text=True, env=env, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_fake_ethtool_answers_like_ethtool():
+    rc, out, _ = _fake(["--json", "-g", "ens1f0np0"])
+    assert rc == 0 and out == _read("mlx5_core", "ens1f0np0", "show-ring.json")
+    rc, out, _ = _fake(["--show-ring", "enp1s0f0np0"])
+    assert rc == 0 and out == _read("mlx5_core", "enp1s0f0np0", "show-ring")
+    rc, _, err = _fake(["--json", "-g", "enp1s0f0np0"])
+    assert rc == 1 and "bad command line argument" in err
+    rc, _, err = _fake(["-i", "nope0"])
+    assert rc == 71 and "No such device" in err
+    rc, _, err = _fake(["-l", "nope0"])
+    assert rc == 1 and "No such device" in err
+    rc, _, err = _fake(["-K", "eth0", "tso", "off"])
+    assert rc == 1 and "bad command line argument" in err
+    rc, _, err = _fake(["-g", "../virtio_net/eth0"])
+    assert rc == 1 and "No such device" in err
+
+
+def test_fake_ethtool_unsupported_operation(tmp_path):
+    (tmp_path / "veth0").mkdir()
+    (tmp_path / "veth0" / "show-channels").write_text("Channel parameters for veth0:\n")
+    rc, _, err = _fake(["-c", "veth0"], tmp_path)
+    assert rc == 1 and err.strip() == "netlink error: Operation not supported"
+    rc, _, err = _fake(["--json", "-c", "veth0"], tmp_path)
+    assert rc == 1 and "Operation not supported" in err
