@@ -468,7 +468,7 @@ def check_slow_start_after_idle(facts, pol):
 # ---------------------------------------------------------------------------------------------- power
 
 
-def _per_gpu(facts, predicate, describe, expected, ok_message):
+def _per_gpu(facts, predicate, describe, expected, ok_message, bad_message):
     """Fail with one item per GPU where predicate(gpu) is True; skip GPUs where it returns None."""
     gpus = _gpus(facts)
     if gpus is None:
@@ -480,7 +480,7 @@ def _per_gpu(facts, predicate, describe, expected, ok_message):
     bad = [g for g, v in known if v]
     observed = {str(g["index"]): describe(g) for g, _ in known}
     if bad:
-        return result("fail", observed, expected, "GPU(s) %s" % _indexes(bad),
+        return result("fail", observed, expected, "GPU(s) %s: %s" % (_indexes(bad), bad_message),
                       items=[dict(gpu=g["index"], **_as_dict(describe(g))) for g in bad])
     return result("pass", observed, expected, ok_message)
 
@@ -493,7 +493,7 @@ def check_persistence(facts, pol):
     return _per_gpu(
         facts,
         lambda g: None if g.get("persistence_mode") is None else not g["persistence_mode"],
-        lambda g: g.get("persistence_mode"), True, "persistence mode is on")
+        lambda g: g.get("persistence_mode"), True, "persistence mode is on", "persistence mode off")
 
 
 def _limit_floor(g, pol):
@@ -509,7 +509,8 @@ def check_power_limit(facts, pol):
     return _per_gpu(
         facts, bad,
         lambda g: {"limit_w": _get(g, "power", "limit_w"), "default_limit_w": _get(g, "power", "default_limit_w")},
-        ">= %s%% of the default limit" % pol["power"]["min_power_limit_pct"], "power limits are at policy")
+        ">= %s%% of the default limit" % pol["power"]["min_power_limit_pct"], "power limits are at policy",
+        "power limit below %s%% of the default" % pol["power"]["min_power_limit_pct"])
 
 
 def check_throttling(facts, pol):
@@ -517,7 +518,7 @@ def check_throttling(facts, pol):
         facts,
         lambda g: None if g.get("clock_event_reasons") is None else bool(g["clock_event_reasons"].get("throttling")),
         lambda g: (g.get("clock_event_reasons") or {}).get("throttling"), [],
-        "no power or thermal throttling")
+        "no power or thermal throttling", "clocks held down for power or heat")
 
 
 def check_temperature(facts, pol):
@@ -530,7 +531,8 @@ def check_temperature(facts, pol):
     return _per_gpu(
         facts, bad,
         lambda g: {"temperature_c": _get(g, "temperature", "gpu"), "slowdown_c": _get(g, "temperature", "slowdown")},
-        "more than %d C below the slowdown threshold" % margin, "temperatures are well below slowdown")
+        "more than %d C below the slowdown threshold" % margin, "temperatures are well below slowdown",
+        "within %d C of the slowdown temperature" % margin)
 
 
 def check_pcie_link(facts, pol):
@@ -569,7 +571,7 @@ def check_ecc_mode(facts, pol):
     if not pol["power"]["ecc"]:
         return skip("policy does not require ECC")
     return _per_gpu(facts, lambda g: None if _get(g, "ecc", "current") is None else not g["ecc"]["current"],
-                    lambda g: _get(g, "ecc", "current"), True, "ECC is on")
+                    lambda g: _get(g, "ecc", "current"), True, "ECC is on", "ECC off")
 
 
 def check_ecc_pending(facts, pol):
@@ -578,7 +580,8 @@ def check_ecc_pending(facts, pol):
         return None if cur is None or pend is None else cur != pend
 
     return _per_gpu(facts, bad, lambda g: {"current": _get(g, "ecc", "current"), "pending": _get(g, "ecc", "pending")},
-                    "pending == current", "no ECC mode change is waiting for a reboot")
+                    "pending == current", "no ECC mode change is waiting for a reboot",
+                    "ECC mode change pending a reboot or GPU reset")
 
 
 # ---------------------------------------------------------------------------------------------- health
@@ -590,7 +593,7 @@ def check_remapped_rows(facts, pol):
         return None if rows is None else bool(rows.get("failure") or rows.get("pending"))
 
     res = _per_gpu(facts, bad, lambda g: g.get("remapped_rows"), {"failure": False, "pending": False},
-                   "no row-remapping failure or pending remap")
+                   "no row-remapping failure or pending remap", "row remapping")
     if res["status"] == "fail" and not any(i.get("failure") for i in res["items"]):
         res["severity"] = "high"  # pending only: a GPU reset or reboot applies the remap
         res["message"] += ": row remap pending, reset the GPU to apply it"
@@ -609,10 +612,19 @@ def check_lost_gpus(facts, pol):
     return result("pass", {"lost": []}, {"lost": []}, "every GPU answers")
 
 
+def _log_unreadable(log):
+    """Why the kernel log could not be scanned, or None when it was."""
+    if log is None:
+        return "kernel log not gathered"
+    if log.get("source") in (None, "none") or (log.get("error") and not log.get("lines_scanned")):
+        return "kernel log not readable%s" % (": %s" % log["error"] if log.get("error") else "")
+    return None
+
+
 def check_xid(facts, pol):
     log = _host(facts, "kernel_log")
-    if log is None or log.get("source") in (None, "none"):
-        return skip("kernel log not readable%s" % (": %s" % log.get("error") if log and log.get("error") else ""))
+    if _log_unreadable(log):
+        return skip(_log_unreadable(log))
     floor = _severity_rank(pol["health"]["xid_min_severity"])
     events = [x for x in log.get("xid") or [] if _severity_rank(x.get("severity")) <= floor]
     observed = {"lines_scanned": log.get("lines_scanned"),
@@ -627,8 +639,8 @@ def check_xid(facts, pol):
 
 def check_aer(facts, pol):
     log = _host(facts, "kernel_log")
-    if log is None or log.get("source") in (None, "none"):
-        return skip("kernel log not readable")
+    if _log_unreadable(log):
+        return skip(_log_unreadable(log))
     aer = log.get("aer") or {}
     observed = {k: aer.get(k, 0) for k in ("corrected", "uncorrected", "fatal")}
     limit = pol["health"]["aer_corrected_max"]

@@ -206,90 +206,21 @@ gpus:
 """
 
 import os
-import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders, nvidia_smi, nvml, software
+from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 
-def _read_pynvml(module, fs):
-    """(nvml status, driver, gpus) through pynvml; raises ImportError when pynvml is absent."""
-    library = module.params["nvml_library"]
-    try:
-        nv = nvml.load_pynvml(library)
-    except OSError as exc:
-        module.fail_json(msg="nvml_library: cannot load %s: %s" % (library, exc))
-    try:
-        driver, gpus = nvml.collect(nv, fs)
-    except nvml.NvmlUnavailable as exc:
-        return {"available": False, "source": "pynvml", "error": str(exc)}, {}, []
-    for gpu in gpus:
-        gpu["source"] = "pynvml"
-    return {"available": True, "source": "pynvml", "error": None}, driver, gpus
-
-
-def _read_nvidia_smi(module, pynvml_error=None):
-    binary = module.params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi")
-    prefix = "%s; " % pynvml_error if pynvml_error else ""
-    if not binary:
-        return {"available": False, "source": None, "error": prefix + "nvidia-smi not found in PATH"}, {}, []
-    if not os.access(binary, os.X_OK):
-        module.fail_json(msg="nvidia_smi_path: %s is not an executable file" % binary)
-    try:
-        version, gpus = nvidia_smi.collect(module, binary)
-    except nvidia_smi.NvidiaSmiError as exc:
-        return {"available": False, "source": "nvidia-smi", "error": prefix + str(exc)}, {}, []
-    return ({"available": True, "source": "nvidia-smi", "error": None},
-            {"version": version, "unsupported": {"nvml_version": "not available from nvidia-smi",
-                                                 "cuda_driver_version": "not available from nvidia-smi"}},
-            gpus)
-
-
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            backend=dict(type="str", default="auto", choices=["auto", "pynvml", "nvidia-smi"]),
-            nvml_library=dict(type="path"),
-            nvidia_smi_path=dict(type="path"),
-            root=dict(type="path", default="/"),
-        ),
-        supports_check_mode=True,
-    )
-    params = module.params
-    if params["nvml_library"] and not os.path.isfile(params["nvml_library"]):
-        module.fail_json(msg="nvml_library: no such file: %s (give the path of libnvidia-ml.so.1)"
-                         % params["nvml_library"])
-    if params["nvidia_smi_path"] and not os.path.isfile(params["nvidia_smi_path"]):
-        module.fail_json(msg="nvidia_smi_path: no such file: %s" % params["nvidia_smi_path"])
-    if not os.path.isdir(params["root"]):
-        module.fail_json(msg="root: not a directory: %s" % params["root"])
-
-    fs = HostFS(params["root"])
-    backend = params["backend"]
-    if backend == "nvidia-smi":
-        status, driver, gpus = _read_nvidia_smi(module)
-    else:
-        try:
-            status, driver, gpus = _read_pynvml(module, fs)
-        except ImportError:
-            if backend == "pynvml":
-                module.fail_json(msg="backend=pynvml but pynvml cannot be imported on the target "
-                                     "(install nvidia-ml-py, or use backend=auto for the nvidia-smi fallback)",
-                                 exception=traceback.format_exc())
-            status, driver, gpus = _read_nvidia_smi(module, "pynvml not importable")
-    status["library"] = params["nvml_library"]
-
-    driver = dict(driver or {})
-    for key in ("version", "nvml_version", "cuda_driver_version", "cuda_driver_version_int"):
-        driver.setdefault(key, None)
-    driver.setdefault("unsupported", {})
-    driver["branch"] = decoders.driver_branch(driver["version"])
-    driver["kernel_module_version"] = software.kernel_module_version(fs)
-    driver["cuda_toolkits"] = software.cuda_toolkits(fs)
-    driver["fabricmanager_version"] = software.fabricmanager_version(module, fs)
-
-    module.exit_json(changed=False, nvml=status, driver=driver, gpus=gpus, gpu_count=len(gpus))
+    argument_spec = dict(gpu.ARGUMENT_SPEC)
+    argument_spec["root"] = dict(type="path", default="/")
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    gpu.check_params(module)
+    if not os.path.isdir(module.params["root"]):
+        module.fail_json(msg="root: not a directory: %s" % module.params["root"])
+    facts = gpu.read(module, HostFS(module.params["root"]))
+    module.exit_json(changed=False, **facts)
 
 
 if __name__ == "__main__":

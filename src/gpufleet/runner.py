@@ -1,10 +1,12 @@
-"""Run gpufleet playbooks through ansible-runner and collect what each host returned."""
+"""Run gpufleet playbooks through ansible-runner's Python API and collect what each host returned."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ class RunResult:
     rc: int
     status: str
     hosts: dict[str, HostResult]
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _host(hosts: dict[str, HostResult], name: str) -> HostResult:
@@ -36,8 +39,12 @@ def _host(hosts: dict[str, HostResult], name: str) -> HostResult:
 
 
 def _message(res: dict[str, Any]) -> str:
-    msg = res.get("msg") or res.get("reason") or res.get("stderr") or "failed"
-    return str(msg).strip().splitlines()[0] if str(msg).strip() else "failed"
+    msg = str(res.get("msg") or res.get("reason") or res.get("stderr") or "").strip()
+    return msg.splitlines()[0] if msg else "failed"
+
+
+def _clean(res: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in (res or {}).items() if not k.startswith("_ansible") and k != "invocation"}
 
 
 def run_playbook(
@@ -47,8 +54,14 @@ def run_playbook(
     extravars: dict[str, Any] | None = None,
     forks: int | None = None,
     quiet: bool = True,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    keep_events: bool = False,
 ) -> RunResult:
-    """Run ``playbook`` (a name under the collection's ``playbooks/``, or a path) against ``inventory``."""
+    """Run ``playbook`` (a name under the collection's ``playbooks/``, or a path) against ``inventory``.
+
+    A host's result for a task that registered with ``ignore_errors``/``ignore_unreachable`` is kept under the
+    task name even when it failed; the host's status says how it fared.
+    """
     import ansible_runner  # imported here: `gpufleet --help` should not pay for it
 
     root = paths.collection_root()
@@ -60,34 +73,38 @@ def run_playbook(
         raise FileNotFoundError(f"inventory not found: {inventory}")
 
     hosts: dict[str, HostResult] = {}
+    events: list[dict[str, Any]] = []
 
-    def on_event(event: dict[str, Any]) -> bool:
+    def handler(event: dict[str, Any]) -> bool:
+        if keep_events:
+            events.append(event)
         data = event.get("event_data") or {}
         name = data.get("host")
         kind = event.get("event")
-        if not name:
-            return True
-        if kind == "runner_on_ok":
-            res = {
-                k: v for k, v in (data.get("res") or {}).items() if not k.startswith("_ansible") and k != "invocation"
-            }
-            _host(hosts, name).results[data.get("task", "")] = res
-        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
-            h = _host(hosts, name)
-            h.status, h.message = "failed", f"{data.get('task')}: {_message(data.get('res') or {})}"
-        elif kind == "runner_on_unreachable":
-            h = _host(hosts, name)
-            h.status, h.message = "unreachable", _message(data.get("res") or {})
+        if name:
+            task = data.get("task", "")
+            res = _clean(data.get("res") or {})
+            if kind == "runner_on_ok":
+                _host(hosts, name).results[task] = res
+            elif kind == "runner_on_failed":
+                h = _host(hosts, name)
+                h.results[task] = res
+                h.status, h.message = "failed", f"{task}: {_message(res)}"
+            elif kind == "runner_on_unreachable":
+                h = _host(hosts, name)
+                h.results[task] = {**res, "unreachable": True}
+                h.status, h.message = "unreachable", _message(res)
+        if on_event is not None:
+            on_event(event)
         return True
 
     with tempfile.TemporaryDirectory(prefix="gpufleet-run-") as tmp:
         workdir = Path(tmp)
-        bindir = str(Path(sys.executable).parent)
         envvars = {
             "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
             "ANSIBLE_COLLECTIONS_PATH": paths.collections_path(root, workdir / "collections"),
             # ansible-runner starts `ansible-playbook` from PATH: use the one installed next to us.
-            "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+            "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
             "ANSIBLE_RETRY_FILES_ENABLED": "false",
         }
         cmdline = []
@@ -102,9 +119,9 @@ def run_playbook(
             inventory=str(inventory_path),
             envvars=envvars,
             extravars=extravars or {},
-            cmdline=" ".join(cmdline) if cmdline else None,
-            event_handler=on_event,
+            cmdline=shlex.join(cmdline) if cmdline else None,
+            event_handler=handler,
             quiet=quiet,
             project_dir=str(root),
         )
-    return RunResult(rc=r.rc, status=r.status, hosts=hosts)
+    return RunResult(rc=r.rc, status=r.status, hosts=hosts, events=events)

@@ -1,0 +1,61 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+# Documentation: plugins/modules/audit_report.py
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils import fleet
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _VALID_ARGS = frozenset(("out_dir", "result_var", "hosts", "started_at", "policy_sources", "stamp"))
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        unknown = set(args) - self._VALID_ARGS
+        if unknown:
+            raise AnsibleActionFail("unsupported option(s) %s (supported: %s)"
+                                    % (", ".join(sorted(unknown)), ", ".join(sorted(self._VALID_ARGS))))
+        out_dir = args.get("out_dir")
+        if not out_dir:
+            raise AnsibleActionFail("out_dir: required (the directory that receives the reports)")
+        var = args.get("result_var", "gpufleet_audit")
+        names = args.get("hosts") or task_vars.get("ansible_play_hosts_all") or []
+        hostvars = task_vars.get("hostvars", {})
+        results = {}
+        for name in names:
+            try:
+                results[str(name)] = hostvars[name].get(var)
+            except KeyError:
+                results[str(name)] = None
+        sources = task_vars.get("ansible_inventory_sources") or []
+        report = fleet.build_report(
+            results,
+            started_at=args.get("started_at"),
+            inventory=", ".join(str(s) for s in sources) or None,
+            limit=task_vars.get("ansible_limit"),
+            policy_sources=args.get("policy_sources") or [],
+        )
+        try:
+            writer.check_writable(out_dir)
+            files = writer.write_all(report, out_dir, stamp=args.get("stamp"))
+        except (OSError, ValueError) as exc:
+            raise AnsibleActionFail("out_dir: cannot write reports to %s: %s" % (out_dir, exc)) from exc
+        result.update(
+            changed=False,
+            report_dir=str(files["json"].parent) if "json" in files else str(out_dir),
+            files={k: str(v) for k, v in files.items()},
+            summary=report["summary"],
+            worst_severity=fleet.worst_severity(report),
+            failing=fleet.failing(report),
+        )
+        return result

@@ -1,0 +1,90 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Everything gpu_info returns, for any module that needs it (gpu_info, audit): pynvml first, nvidia-smi
+when pynvml cannot be imported, plus the versions that live outside NVML."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import traceback
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders, nvidia_smi, nvml, software
+
+# Options shared by every module that reads GPUs.
+ARGUMENT_SPEC = dict(
+    backend=dict(type="str", default="auto", choices=["auto", "pynvml", "nvidia-smi"]),
+    nvml_library=dict(type="path"),
+    nvidia_smi_path=dict(type="path"),
+)
+
+
+def check_params(module):
+    """Operator errors in the shared options: fail naming the option."""
+    params = module.params
+    if params.get("nvml_library") and not os.path.isfile(params["nvml_library"]):
+        module.fail_json(msg="nvml_library: no such file: %s (give the path of libnvidia-ml.so.1)"
+                         % params["nvml_library"])
+    if params.get("nvidia_smi_path") and not os.path.isfile(params["nvidia_smi_path"]):
+        module.fail_json(msg="nvidia_smi_path: no such file: %s" % params["nvidia_smi_path"])
+
+
+def _read_pynvml(module, fs, library):
+    try:
+        nv = nvml.load_pynvml(library)
+    except OSError as exc:
+        module.fail_json(msg="nvml_library: cannot load %s: %s" % (library, exc))
+    try:
+        driver, gpus = nvml.collect(nv, fs)
+    except nvml.NvmlUnavailable as exc:
+        return {"available": False, "source": "pynvml", "error": str(exc)}, {}, []
+    for gpu in gpus:
+        gpu["source"] = "pynvml"
+    return {"available": True, "source": "pynvml", "error": None}, driver, gpus
+
+
+def _read_nvidia_smi(module, binary, pynvml_error=None):
+    binary = binary or module.get_bin_path("nvidia-smi")
+    prefix = "%s; " % pynvml_error if pynvml_error else ""
+    if not binary:
+        return {"available": False, "source": None, "error": prefix + "nvidia-smi not found in PATH"}, {}, []
+    if not os.access(binary, os.X_OK):
+        module.fail_json(msg="nvidia_smi_path: %s is not an executable file" % binary)
+    try:
+        version, gpus = nvidia_smi.collect(module, binary)
+    except nvidia_smi.NvidiaSmiError as exc:
+        return {"available": False, "source": "nvidia-smi", "error": prefix + str(exc)}, {}, []
+    return ({"available": True, "source": "nvidia-smi", "error": None},
+            {"version": version, "unsupported": {"nvml_version": "not available from nvidia-smi",
+                                                 "cuda_driver_version": "not available from nvidia-smi"}},
+            gpus)
+
+
+def read(module, fs):
+    """{nvml, driver, gpus, gpu_count} as gpu_info documents them."""
+    params = module.params
+    backend = params["backend"]
+    if backend == "nvidia-smi":
+        status, driver, gpus = _read_nvidia_smi(module, params["nvidia_smi_path"])
+    else:
+        try:
+            status, driver, gpus = _read_pynvml(module, fs, params["nvml_library"])
+        except ImportError:
+            if backend == "pynvml":
+                module.fail_json(msg="backend=pynvml but pynvml cannot be imported on the target "
+                                     "(install nvidia-ml-py, or use backend=auto for the nvidia-smi fallback)",
+                                 exception=traceback.format_exc())
+            status, driver, gpus = _read_nvidia_smi(module, params["nvidia_smi_path"], "pynvml not importable")
+    status["library"] = params["nvml_library"]
+
+    driver = dict(driver or {})
+    for key in ("version", "nvml_version", "cuda_driver_version", "cuda_driver_version_int"):
+        driver.setdefault(key, None)
+    driver.setdefault("unsupported", {})
+    driver["branch"] = decoders.driver_branch(driver["version"])
+    driver["kernel_module_version"] = software.kernel_module_version(fs)
+    driver["cuda_toolkits"] = software.cuda_toolkits(fs)
+    driver["fabricmanager_version"] = software.fabricmanager_version(module, fs)
+    return {"nvml": status, "driver": driver, "gpus": gpus, "gpu_count": len(gpus)}

@@ -1,0 +1,267 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: audit
+short_description: Gather GPU, host and network facts and evaluate the gpufleet rule catalog in one call
+version_added: "0.1.0"
+description:
+  - Reads everything M(gpufleet.tuning.gpu_info), M(gpufleet.tuning.host_info) and M(gpufleet.tuning.nic_info)
+    read, resolves the host's long-haul links (declared per site in the policy, or measured by timing TCP
+    connects to named peers), and evaluates every rule of the catalog on the target.
+  - One call per host: on links with 150-250 ms of latency the audit costs one round trip, not one per setting.
+  - Returns facts, findings (one per rule, with status pass, fail, warn, skip or error), counts, and the
+    effective policy. It never changes anything.
+author:
+  - gpufleet team
+options:
+  policy:
+    description:
+      - Partial policy merged over the documented defaults (see the README's policy table).
+      - Unknown keys, wrong types, unknown rule ids and impossible links are rejected with the key's path.
+    type: dict
+    default: {}
+  gather:
+    description: Which facts to gather; rules whose facts are not gathered report V(skip).
+    type: list
+    elements: str
+    choices: [gpu, host, network]
+    default: [gpu, host, network]
+  include_facts:
+    description: Return the gathered facts as well as the findings.
+    type: bool
+    default: true
+  root:
+    description: Root of the file system that C(/proc), C(/sys), C(/etc) and C(/usr/local) are read from.
+    type: path
+    default: /
+  interfaces:
+    description: NICs to audit; by default the policy's C(network.interfaces), else every physical NIC.
+    type: list
+    elements: str
+  sample_seconds:
+    description: Interval over which swap-in and swap-out rates are sampled; V(0) disables sampling.
+    type: float
+    default: 1.0
+  kernel_log:
+    description: Where to scan for NVIDIA Xid and PCIe AER lines. V(auto) uses dmesg, then the journal (or
+      C(kernel_log_file) when C(root) is not C(/)).
+    type: str
+    choices: [auto, dmesg, journal, file, none]
+    default: auto
+  kernel_log_file:
+    description: Kernel log file read (under C(root)) when C(kernel_log=file).
+    type: path
+    default: /var/log/kern.log
+  kernel_log_lines:
+    description: Most recent kernel log lines scanned.
+    type: int
+    default: 5000
+  kernel_log_since_hours:
+    description: Window of the kernel log scanned, in hours.
+    type: int
+    default: 24
+  ethtool_path:
+    description: Path of C(ethtool); by default it is searched in C(PATH).
+    type: path
+  peer_timeout:
+    description: Seconds to wait for each TCP connect when measuring links to the policy's C(peers).
+    type: float
+    default: 3.0
+  backend:
+    description: Where to read GPU state from; see M(gpufleet.tuning.gpu_info).
+    type: str
+    choices: [auto, pynvml, nvidia-smi]
+    default: auto
+  nvml_library:
+    description: Path of C(libnvidia-ml.so.1) when the driver is outside the loader's search path.
+    type: path
+  nvidia_smi_path:
+    description: Path of C(nvidia-smi) for the fallback backend.
+    type: path
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads.
+  diff_mode:
+    support: none
+    details: The module only reads.
+requirements:
+  - nvidia-ml-py (C(pynvml)) on GPU hosts, or C(nvidia-smi); C(ethtool) for NIC details.
+notes:
+  - The rule catalog, with ids, areas, severities and fixes, is listed in the README.
+seealso:
+  - module: gpufleet.tuning.gpu_info
+  - module: gpufleet.tuning.host_info
+  - module: gpufleet.tuning.nic_info
+"""
+
+EXAMPLES = r"""
+- name: Audit a GPU server against the default policy
+  gpufleet.tuning.audit:
+  register: audit
+
+- name: Audit with site links and a stricter MTU
+  gpufleet.tuning.audit:
+    policy:
+      site: ap_southeast
+      sites:
+        ap_southeast:
+          links:
+            eu_west: {rtt_ms: 180, bandwidth_gbps: 1}
+      network:
+        min_mtu: 9000
+
+- name: Fail the play when a critical finding is present
+  ansible.builtin.assert:
+    that: audit.summary.by_severity.critical == 0
+    fail_msg: "{{ audit.findings | selectattr('status', 'eq', 'fail') | map(attribute='rule') | list }}"
+"""
+
+RETURN = r"""
+facts:
+  description: >-
+    C(gpu) (as gpu_info returns it), C(host) (as host_info returns C(host)), C(network) (as nic_info returns
+    C(network)).
+  returned: when include_facts is true
+  type: dict
+links:
+  description: The host's long-haul links and where they came from.
+  returned: always
+  type: dict
+  contains:
+    source:
+      description: V(declared), V(measured), V(mixed) or V(none).
+      type: str
+    site:
+      description: The host's site from the policy.
+      type: str
+    peers:
+      description: One entry per peer site with C(site), C(rtt_ms), C(bandwidth_gbps), C(source).
+      type: list
+      elements: dict
+    errors:
+      description: Peers that could not be measured, with the reason.
+      type: list
+      elements: dict
+findings:
+  description: One finding per rule of the catalog.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    rule: {description: Rule id., type: str, sample: GPU-PWR-001}
+    status: {description: pass, fail, warn, skip or error., type: str}
+    severity: {description: critical, high, medium, low or info., type: str}
+    area: {description: memory, cpu, network, power, software or health., type: str}
+    title: {description: What the rule checks., type: str}
+    observed: {description: What was found., type: raw}
+    expected: {description: What the policy wants., type: raw}
+    message: {description: One line for people., type: str}
+    fix: {description: C(role) and C(tag) that fix it, or C(manual) advice., type: dict}
+    items: {description: Per-GPU or per-NIC details of a failure., type: list}
+summary:
+  description: Counts C(by_status), and C(by_severity) and C(by_area) of failing and warning findings.
+  returned: always
+  type: dict
+policy:
+  description: The effective policy (defaults merged with the C(policy) option).
+  returned: always
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu, host, links, nic, rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
+from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, validate
+
+
+def main():
+    argument_spec = dict(gpu.ARGUMENT_SPEC)
+    argument_spec.update(
+        policy=dict(type="dict", default={}),
+        gather=dict(type="list", elements="str", choices=["gpu", "host", "network"],
+                    default=["gpu", "host", "network"]),
+        include_facts=dict(type="bool", default=True),
+        root=dict(type="path", default="/"),
+        interfaces=dict(type="list", elements="str"),
+        sample_seconds=dict(type="float", default=1.0),
+        kernel_log=dict(type="str", default="auto", choices=["auto", "dmesg", "journal", "file", "none"]),
+        kernel_log_file=dict(type="path", default="/var/log/kern.log"),
+        kernel_log_lines=dict(type="int", default=5000),
+        kernel_log_since_hours=dict(type="int", default=24),
+        ethtool_path=dict(type="path"),
+        peer_timeout=dict(type="float", default=3.0),
+    )
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    params = module.params
+
+    try:
+        policy = validate(params["policy"], known_rules=rules.BY_ID)
+    except PolicyError as exc:
+        module.fail_json(msg=str(exc))
+    gpu.check_params(module)
+    if not os.path.isdir(params["root"]):
+        module.fail_json(msg="root: not a directory: %s" % params["root"])
+    if not 0 <= params["sample_seconds"] <= 10:
+        module.fail_json(msg="sample_seconds: must be between 0 and 10, got %s" % params["sample_seconds"])
+    if not 1 <= params["kernel_log_lines"] <= 100000:
+        module.fail_json(msg="kernel_log_lines: must be between 1 and 100000, got %s" % params["kernel_log_lines"])
+    if not 0 < params["peer_timeout"] <= 60:
+        module.fail_json(msg="peer_timeout: must be > 0 and <= 60, got %s" % params["peer_timeout"])
+    interfaces = params["interfaces"] if params["interfaces"] is not None else policy["network"]["interfaces"]
+    if interfaces is not None:
+        for name in interfaces:
+            why = nic.interface_name_error(name)
+            if why is not None:
+                module.fail_json(msg="interfaces: invalid interface name %r: %s; %s" % (name, why, nic.IFNAME_RULE))
+    ethtool_path = params["ethtool_path"]
+    if ethtool_path and not (os.path.isfile(ethtool_path) and os.access(ethtool_path, os.X_OK)):
+        module.fail_json(msg="ethtool_path: not an executable file: %s (give the path of ethtool, "
+                             "or leave it unset to search PATH)" % ethtool_path)
+
+    fs = HostFS(params["root"])
+
+    def run(argv):
+        # ethtool and the kernel log readers are parsed: keep their output in the C locale.
+        return module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"})
+
+    facts = {"gpu": None, "host": None, "network": None}
+    if "gpu" in params["gather"]:
+        facts["gpu"] = gpu.read(module, fs)
+    if "host" in params["gather"]:
+        facts["host"] = host.collect(fs, run=run, sample_seconds=params["sample_seconds"],
+                                     kernel_log=params["kernel_log"], kernel_log_file=params["kernel_log_file"],
+                                     kernel_log_lines=params["kernel_log_lines"],
+                                     kernel_log_since_hours=params["kernel_log_since_hours"])
+    if "network" in params["gather"]:
+        ethtool = ethtool_path or module.get_bin_path("ethtool")
+        facts["network"] = nic.collect(fs, run, interfaces=interfaces, ethtool=ethtool,
+                                       ethtool_missing=None if ethtool else "ethtool not found in PATH")
+
+    link_facts = links.resolve(policy, measure=lambda peers: nic.measure_rtt(peers, timeout=params["peer_timeout"]))
+    facts["links"] = link_facts
+    findings = rules.evaluate(facts, policy)
+    del facts["links"]
+
+    module.exit_json(
+        changed=False,
+        facts=facts if params["include_facts"] else {},
+        links=link_facts,
+        findings=findings,
+        summary=rules.summarize(findings),
+        policy=policy,
+    )
+
+
+if __name__ == "__main__":
+    main()

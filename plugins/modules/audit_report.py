@@ -1,0 +1,71 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+# This file only documents the audit_report action plugin (plugins/action/audit_report.py), which runs on the
+# controller.
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: audit_report
+short_description: Write the fleet report of a gpufleet audit on the controller
+version_added: "0.1.0"
+description:
+  - Collects every play host's registered M(gpufleet.tuning.audit) result and writes C(report.json),
+    C(report.html), C(junit.xml) and C(gpufleet.prom) to C(out_dir/<timestamp>/), pointing C(out_dir/latest) at it.
+  - Runs on the controller (use C(run_once) and C(delegate_to=localhost)); unreachable and failed hosts are
+    reported as such.
+author:
+  - gpufleet team
+options:
+  out_dir:
+    description: Directory that receives one sub-directory per run and the C(latest) link.
+    type: path
+    required: true
+  result_var:
+    description: Name of the variable each host registered the audit result in.
+    type: str
+    default: gpufleet_audit
+  hosts:
+    description: Hosts to report; by default every host of the play (C(ansible_play_hosts_all)).
+    type: list
+    elements: str
+  started_at:
+    description: ISO 8601 time the run started; by default the time the report is written.
+    type: str
+  policy_sources:
+    description: Where the policy came from (files, inventory), recorded in the report.
+    type: list
+    elements: str
+    default: []
+  stamp:
+    description: Name of the run directory; by default the UTC time C(YYYYmmddTHHMMSSZ).
+    type: str
+attributes:
+  check_mode:
+    support: full
+    details: Reports are written in check mode too; they change nothing on the hosts.
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Write the fleet report
+  gpufleet.tuning.audit_report:
+    out_dir: "{{ playbook_dir }}/../reports"
+  run_once: true
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+report_dir: {description: The run's report directory., returned: success, type: str}
+files: {description: Paths of report.json, report.html, junit.xml and gpufleet.prom., returned: success, type: dict}
+summary: {description: Counts of hosts and findings., returned: success, type: dict}
+worst_severity: {description: Worst severity among failing findings, or null., returned: success, type: str}
+failing: {description: Host name to the rule ids that fail or warn., returned: success, type: dict}
+"""
+

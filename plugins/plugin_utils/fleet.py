@@ -1,0 +1,144 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Build the fleet report (schema gpufleet.report/v1) from each host's audit result.
+
+Used by the ``audit_report`` action plugin (so ``ansible-playbook playbooks/audit.yml`` writes reports) and by
+the ``gpufleet`` CLI (for a partial report when a run is interrupted).
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import AREAS, SEVERITIES
+
+SCHEMA = "gpufleet.report/v1"
+VERSION = "0.1.0"
+
+
+def plain(value: Any) -> Any:
+    """Copy into plain JSON types (Ansible hands back tagged/unsafe str subclasses and its own containers)."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return str(value)
+
+
+def host_entry(result: dict | None) -> dict:
+    """One host of the report from its registered `gpufleet.tuning.audit` result (or its absence)."""
+    if result is None:
+        return {
+            "status": "failed",
+            "message": "no audit result (the host was skipped or the run stopped)",
+            "site": None,
+            "links": {"source": "none", "peers": []},
+            "facts": {},
+            "findings": [],
+        }
+    result = plain(result)
+    if result.get("unreachable"):
+        status = "unreachable"
+    elif result.get("failed") or "findings" not in result:
+        status = "failed"
+    else:
+        status = "ok"
+    if status != "ok":
+        msg = str(result.get("msg") or result.get("reason") or "audit failed").strip()
+        return {
+            "status": status,
+            "message": msg.splitlines()[0][:500] if msg else status,
+            "site": None,
+            "links": {"source": "none", "peers": []},
+            "facts": {},
+            "findings": [],
+        }
+    links = result.get("links") or {"source": "none", "peers": []}
+    return {
+        "status": "ok",
+        "message": None,
+        "site": links.get("site"),
+        "links": {
+            "source": links.get("source", "none"),
+            "peers": [
+                {"site": p.get("site"), "rtt_ms": p.get("rtt_ms"), "bandwidth_gbps": p.get("bandwidth_gbps")}
+                for p in links.get("peers") or []
+            ],
+        },
+        "facts": result.get("facts") or {},
+        "findings": result.get("findings") or [],
+    }
+
+
+def summarize(hosts: dict) -> dict:
+    counts = {"total": len(hosts), "ok": 0, "failed": 0, "unreachable": 0}
+    findings = {
+        "by_severity": {s: 0 for s in SEVERITIES},
+        "by_area": {a: 0 for a in AREAS},
+        "by_status": {s: 0 for s in rules.STATUSES},
+    }
+    for entry in hosts.values():
+        counts[entry["status"]] += 1
+        part = rules.summarize(entry["findings"])
+        for key in findings:
+            for k, v in part[key].items():
+                findings[key][k] = findings[key].get(k, 0) + v
+    return {"hosts": counts, "findings": findings}
+
+
+def build_report(
+    results: dict,
+    started_at: str | None = None,
+    inventory: str | None = None,
+    limit: str | None = None,
+    policy_sources: list | None = None,
+    complete: bool = True,
+) -> dict:
+    """``results``: inventory host name -> registered audit result (None when the host has none)."""
+    finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    hosts = {str(name): host_entry(res) for name, res in sorted(results.items())}
+    return {
+        "schema": SCHEMA,
+        "tool": {"name": "gpufleet", "version": VERSION},
+        "run": {
+            "id": str(uuid.uuid4()),
+            "started_at": started_at or finished,
+            "finished_at": finished,
+            "inventory": inventory,
+            "limit": limit,
+            "policy_sources": [str(p) for p in policy_sources or []],
+            "complete": bool(complete),
+            "controller": socket.gethostname(),
+        },
+        "summary": summarize(hosts),
+        "catalog": rules.catalog(),
+        "hosts": hosts,
+    }
+
+
+def failing(report: dict, statuses=("fail", "warn")) -> dict:
+    """host -> sorted rule ids whose finding has one of ``statuses``."""
+    return {
+        name: sorted(f["rule"] for f in h["findings"] if f["status"] in statuses) for name, h in report["hosts"].items()
+    }
+
+
+def worst_severity(report: dict) -> str | None:
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    worst = None
+    for h in report["hosts"].values():
+        for f in h["findings"]:
+            if f["status"] == "fail" and (worst is None or order[f["severity"]] < order[worst]):
+                worst = f["severity"]
+    return worst

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Build the simulated demo fleet that `make demo` audits (inventories/demo).
+
+Every host is a directory under build/demo/<host>/ holding:
+  nvml.state   its GPUs (for the simulated libnvidia-ml.so.1, tests/sim/nvml)
+  root/        the /proc, /sys, /etc and /var/log files host and NIC facts are read from (tests/sim/host)
+  ethtool/     recorded ethtool outputs per NIC (read by tests/fixtures/ethtool/fake-ethtool)
+
+Nothing outside build/demo is written: the audit is read-only and points at these files through inventory
+variables (gpufleet_environment, gpufleet_audit_root, gpufleet_ethtool_path).
+
+EXPECTED lists the exact rule ids each host must fail; tests/integration/test_demo.py asserts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ETHTOOL_FIXTURE = REPO / "tests" / "fixtures" / "ethtool" / "mlx5_core" / "ens1f0np0"
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+profiles = _load("gpufleet_sim_profiles", REPO / "tests/sim/nvml/profiles.py")
+mkroot = _load("gpufleet_sim_mkroot", REPO / "tests/sim/host/mkroot.py")
+netroot = _load("gpufleet_sim_netroot", REPO / "tests/sim/host/netroot.py")
+
+# Long-haul TCP as the network_tuning role leaves it: BBR, buffers for 2 x BDP, MTU probing, no idle restart.
+TUNED_TCP = {
+    "rmem": [4096, 131072, 268435456],
+    "wmem": [4096, 16384, 268435456],
+    "congestion_control": "bbr",
+    "available_congestion_control": ["reno", "cubic", "bbr"],
+    "allowed_congestion_control": ["reno", "cubic", "bbr"],
+    "mtu_probing": 1,
+    "slow_start_after_idle": 0,
+    "rmem_max": 268435456,
+    "wmem_max": 268435456,
+    "default_qdisc": "fq",
+}
+# Linux defaults, as on a freshly installed server.
+STOCK_TCP = {"available_congestion_control": ["reno", "cubic", "bbr"]}
+
+
+def busy(gpus: int, util: int = 95) -> list[str]:
+    """GPUs under load: utilization up, PCIe link at full speed (busy GPUs do not train down), no idle reason."""
+    return [f"gpu.*.utilization_gpu={util}", "gpu.*.utilization_memory=60", "gpu.*.clocks_event_reasons=0x0"]
+
+
+def full_memory(profile: str, pct: float) -> list[str]:
+    total = int(profiles.PROFILES[profile]["memory_total"])
+    return [f"gpu.*.memory_used={int(total * pct / 100)}"]
+
+
+# host -> settings. group: inventory group (= site); gpu: (profile, count, driver, overrides); host: mkroot
+# overrides; tcp: TUNED_TCP or STOCK_TCP; rings_tuned: NIC rings at their maximum; toolkits: CUDA versions.
+HOSTS = {
+    # The classic case: A100s at 98 % memory while the host swaps, persistence mode off.
+    "sg-a100-01": {
+        "group": "ap_southeast",
+        "gpu": ("a100", 8, "550", busy(8) + full_memory("a100", 98.0) + ["gpu.*.persistence_mode=0"]),
+        "host": {
+            "swap_total_mib": 16384,
+            "swap_used_mib": 12288,
+            "pswpin": 48213771,
+            "pswpout": 73102245,
+            "psi_memory_some_avg10": 38.5,
+            "psi_memory_full_avg10": 21.0,
+            "swappiness": 60,
+        },
+    },
+    # A host left on the powersave governor.
+    "sg-h100-02": {"group": "ap_southeast", "gpu": ("h100", 8, "550", busy(8)), "host": {"governor": "powersave"}},
+    # Fresh install on an overseas link: stock TCP, default NIC rings.
+    "sg-l40s-03": {
+        "group": "ap_southeast",
+        "gpu": ("l40s", 4, "570", []),
+        "host": {},
+        "tcp": STOCK_TCP,
+        "rings_tuned": False,
+    },
+    # An H100 whose GPU 3 trained down to x8 and stays there under load.
+    "fra-h100-01": {
+        "group": "eu_west",
+        "gpu": ("h100", 8, "550", busy(8) + ["gpu.3.pcie_width_current=8"]),
+        "host": {},
+    },
+    # Driver 535 (CUDA 12.2) with a CUDA 12.4 toolkit installed.
+    "fra-a100-02": {"group": "eu_west", "gpu": ("a100", 8, "535", []), "host": {}, "toolkits": ["12.2.2", "12.4.1"]},
+    # Power limit capped at 250 W.
+    "iad-h100-01": {
+        "group": "us_east",
+        "gpu": ("h100", 8, "550", ["gpu.*.power_limit_mw=250000", "gpu.*.enforced_power_limit_mw=250000"]),
+        "host": {},
+    },
+    # ECC being turned off, waiting for a reboot.
+    "iad-a100-02": {"group": "us_east", "gpu": ("a100", 4, "550", ["gpu.*.ecc_pending=0"]), "host": {}},
+    # Nothing wrong.
+    "iad-h100-03": {"group": "us_east", "gpu": ("h100", 8, "570", busy(8, 80)), "host": {}},
+}
+
+EXPECTED = {
+    "sg-a100-01": ["GPU-MEM-001", "GPU-PWR-001", "HOST-MEM-001", "HOST-MEM-002"],
+    "sg-h100-02": ["HOST-CPU-001"],
+    "sg-l40s-03": ["NET-RING-001", "NET-TCP-001", "NET-TCP-002", "NET-TCP-003", "NET-TCP-004"],
+    "fra-h100-01": ["GPU-PCI-001"],
+    "fra-a100-02": ["SW-CUDA-001"],
+    "iad-h100-01": ["GPU-PWR-002"],
+    "iad-a100-02": ["GPU-ECC-002"],
+    "iad-h100-03": [],
+}
+
+NICS = [("ens1f0np0", 0, "0000:05:00.0"), ("ens2f0np0", 1, "0000:85:00.0")]
+
+
+def _ethtool_dir(dest: Path, tuned_rings: bool) -> None:
+    for name, _node, bus in NICS:
+        nic = dest / name
+        shutil.copytree(ETHTOOL_FIXTURE, nic)
+        for path in nic.iterdir():
+            text = path.read_text().replace("ens1f0np0", name).replace("0000:05:00.0", bus)
+            if tuned_rings and path.name == "show-ring":
+                text = re.sub(
+                    r"(Current hardware settings:\nRX:\s+)1024(.*\n(?:.*\n)*?TX:\s+)1024", r"\g<1>8192\g<2>8192", text
+                )
+            if tuned_rings and path.name == "show-ring.json":
+                text = text.replace('"rx": 1024', '"rx": 8192').replace('"tx": 1024', '"tx": 8192')
+            path.write_text(text)
+
+
+def _driver_files(root: Path, driver_version: str, toolkits: list[str]) -> None:
+    proc = root / "proc/driver/nvidia"
+    proc.mkdir(parents=True, exist_ok=True)
+    (proc / "version").write_text(
+        f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {driver_version}  Release Build  (dvs-builder@U16-I3)\n"
+        "GCC version:  gcc version 11.4.0 (Ubuntu 11.4.0-1ubuntu1~22.04)\n"
+    )
+    for version in toolkits:
+        base = root / "usr/local" / f"cuda-{version.rsplit('.', 1)[0]}"
+        base.mkdir(parents=True, exist_ok=True)
+        (base / "version.json").write_text(json.dumps({"cuda": {"name": "CUDA SDK", "version": version}}, indent=3))
+    if toolkits:
+        link = root / "usr/local/cuda"
+        link.symlink_to(f"cuda-{toolkits[-1].rsplit('.', 1)[0]}")
+
+
+def build(out: Path) -> dict[str, Path]:
+    out = out.resolve()
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    built = {}
+    for name, spec in HOSTS.items():
+        host_dir = out / name
+        host_dir.mkdir()
+        profile, count, driver, overrides = spec["gpu"]
+        state = profiles.build_state(profile, gpus=count, driver=driver, overrides=overrides, seed=name)
+        if any(o.startswith("gpu.*.utilization_gpu") for o in overrides):
+            for g in range(count):  # a busy GPU's link runs at full generation
+                state[f"gpu.{g}.pcie_gen_current"] = state[f"gpu.{g}.pcie_gen_max"]
+        profiles.write_state(host_dir / "nvml.state", state)
+        root = mkroot.build_root(host_dir / "root", {"hostname": name, **spec["host"]})
+        netroot.build_netroot(
+            root,
+            nics=[
+                {"name": n, "driver": "mlx5_core", "mtu": 9000, "speed": 200000, "numa_node": node}
+                for n, node, _bus in NICS
+            ],
+            tcp=spec.get("tcp", TUNED_TCP),
+        )
+        _driver_files(root, state["driver_version"], spec.get("toolkits", ["12.4.1"]))
+        _ethtool_dir(host_dir / "ethtool", spec.get("rings_tuned", True))
+        built[name] = host_dir
+    return built
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=str(REPO / "build" / "demo"), help="where to build (default: %(default)s)")
+    parser.add_argument("--expected", action="store_true", help="print the expected failing rule ids as JSON")
+    args = parser.parse_args(argv)
+    if args.expected:
+        print(json.dumps(EXPECTED, indent=2))
+        return 0
+    built = build(Path(args.out))
+    print(f"demo fleet: {len(built)} simulated hosts in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+import pytest
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import DEFAULTS, PolicyError, documented, validate
+
+
+def test_defaults_validate_and_merge():
+    policy = validate({"memory": {"max_swappiness": 1}})
+    assert policy["memory"]["max_swappiness"] == 1
+    assert policy["memory"]["gpu_full_pct"] == DEFAULTS["memory"]["gpu_full_pct"]
+    assert DEFAULTS["memory"]["max_swappiness"] == 10  # merge does not touch the defaults
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"memroy": {}}, "policy.memroy: unknown key"),
+        ({"memory": {"max_swapiness": 1}}, "policy.memory.max_swapiness: unknown key"),
+        ({"memory": {"max_swappiness": "ten"}}, "policy.memory.max_swappiness: expected int"),
+        ({"memory": {"max_swappiness": True}}, "policy.memory.max_swappiness: expected int"),
+        ({"memory": {"gpu_full_pct": -5}}, "policy.memory.gpu_full_pct: must be >= 0"),
+        ({"min_severity": "urgent"}, "policy.min_severity: 'urgent' is not a severity"),
+        ({"cpu": {"irqbalance": "maybe"}}, "policy.cpu.irqbalance: 'maybe' is not one of running, stopped, any"),
+        ({"cpu": "fast"}, "policy.cpu: expected a mapping"),
+        ({"software": {"driver_min_version": "latest"}}, "policy.software.driver_min_version: expected version"),
+        ({"rules": {"GPU-PWR-999": {"enabled": False}}}, "policy.rules.GPU-PWR-999: unknown rule id"),
+        ({"rules": {"GPU-PWR-001": {"enable": False}}}, "policy.rules.GPU-PWR-001.enable: unknown key"),
+        ({"rules": {"GPU-PWR-001": {"severity": "huge"}}}, "policy.rules.GPU-PWR-001.severity"),
+        ({"sites": {"eu": {"links": {"us": {"rtt_ms": -180, "bandwidth_gbps": 1}}}}},
+         "policy.sites.eu.links.us.rtt_ms: must be a number > 0, got -180"),
+        ({"sites": {"eu": {"links": {"us": {"rtt_ms": 180}}}}}, "policy.sites.eu.links.us.bandwidth_gbps"),
+        ({"sites": {"eu": {"link": {}}}}, "policy.sites.eu.link: unknown key"),
+        ({"peers": [{"site": "us", "host": "h", "port": 70000}]}, "policy.peers[0].port: must be 1-65535"),
+        ({"peers": [{"host": "h"}]}, "policy.peers[0]: expected {site, host"),
+    ],
+)
+def test_bad_policies_name_the_key(overrides, message):
+    with pytest.raises(PolicyError) as exc:
+        validate(overrides, known_rules=rules.BY_ID)
+    assert message in str(exc.value)
+
+
+def test_every_key_is_documented():
+    rows = documented()
+    assert len(rows) >= 30
+    assert all(doc and doc[0].isupper() for _, _, doc in rows)
+    assert ("memory.max_swappiness", 10, rows[[r[0] for r in rows].index("memory.max_swappiness")][2]) in rows
