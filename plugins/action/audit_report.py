@@ -48,7 +48,7 @@ class ActionModule(ActionBase):
         try:
             writer.check_writable(out_dir)
             files = writer.write_all(report, out_dir, stamp=args.get("stamp"))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, writer.ReportDirError) as exc:
             raise AnsibleActionFail("out_dir: cannot write reports to %s: %s" % (out_dir, exc)) from exc
         result.update(
             changed=False,

@@ -20,6 +20,8 @@ EXIT_HOSTS = 2
 EXIT_USAGE = 3
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
+# Inventory variables merged, in this order, over the policy defaults (then --policy).
+POLICY_LAYERS = ("gpufleet_policy", "gpufleet_policy_group", "gpufleet_policy_host")
 AUDIT_TASK = "Audit GPU, host and network state (one call per host)"
 REPORT_TASK = "Write the fleet report on the controller"
 
@@ -55,6 +57,7 @@ def _inventory_hosts(inventory: str, limit: str | None, overrides: dict[str, Any
     """Hosts the run will touch, with each host's policy validated before anything runs."""
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
     from ansible.vars.manager import VariableManager
     from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as policy_mod
     from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
@@ -74,13 +77,25 @@ def _inventory_hosts(inventory: str, limit: str | None, overrides: dict[str, Any
         raise UsageError(f"--policy {policy_file}: {exc}") from exc
     variables = VariableManager(loader=loader, inventory=inv)
     for host in hosts:
-        raw = variables.get_vars(host=host, include_hostvars=False).get("gpufleet_policy") or {}
-        if not isinstance(raw, dict):
-            raise UsageError(f"{host.name}: gpufleet_policy must be a mapping, got {type(raw).__name__}")
+        hostvars = variables.get_vars(host=host, include_hostvars=False)
+        templar = Templar(loader=loader, variables=hostvars)
+        merged: dict[str, Any] = {}
+        for layer in POLICY_LAYERS:
+            try:
+                raw = templar.template(hostvars.get(layer) or {})
+            except Exception as exc:  # an undefined variable or a template error in the inventory
+                raise UsageError(f"{host.name}: {layer}: {exc}") from exc
+            if not isinstance(raw, dict):
+                raise UsageError(f"{host.name}: {layer} must be a mapping, got {type(raw).__name__}")
+            try:
+                policy_mod.validate(raw, known_rules=rules.BY_ID)
+            except policy_mod.PolicyError as exc:
+                raise UsageError(f"{host.name}: {layer}: {exc}") from exc
+            merged = policy_mod.merge(merged, raw)
         try:
-            policy_mod.validate(policy_mod.merge(raw, overrides), known_rules=rules.BY_ID)
+            policy_mod.validate(policy_mod.merge(merged, overrides), known_rules=rules.BY_ID)
         except policy_mod.PolicyError as exc:
-            raise UsageError(f"{host.name}: gpufleet_policy: {exc}") from exc
+            raise UsageError(f"{host.name}: merged policy: {exc}") from exc
     return [h.name for h in hosts]
 
 
@@ -138,7 +153,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
     try:
         writer.check_writable(out)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, writer.ReportDirError) as exc:
         raise UsageError(str(exc)) from exc
     overrides = _load_policy_file(args.policy)
     host_names = _inventory_hosts(args.inventory, args.limit, overrides, args.policy)
@@ -167,7 +182,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     report = json.loads(Path(report_task["files"]["json"]).read_text())
     print(terminal.render_terminal(report, color=sys.stdout.isatty()))
     for kind, path in sorted(report_task["files"].items()):
-        print(f"{kind:>5}: {path}")
+        print(f"{kind:>10}: {path}")
     return _exit_code(report, args.fail_on)
 
 

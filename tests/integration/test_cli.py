@@ -1,0 +1,139 @@
+"""gpufleet CLI: documented exit codes, errors before any host is touched, report diff."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "inventories" / "demo" / "hosts.yml"
+sys.path.insert(0, str(REPO / "tests" / "sim"))
+import demo  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+def gpufleet(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpufleet.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def demo_built(sim_lib):
+    if not (REPO / "build" / "demo" / "iad-h100-03").is_dir():
+        demo.build(REPO / "build" / "demo")
+
+
+def test_clean_host_exits_0(demo_built, tmp_path):
+    proc = gpufleet("audit", "-i", str(DEMO), "--limit", "iad-h100-03", "--out", str(tmp_path), "--fail-on", "info")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_fail_on_threshold(demo_built, tmp_path):
+    # iad-a100-02 fails only a low-severity rule (GPU-ECC-002).
+    args = ("audit", "-i", str(DEMO), "--limit", "iad-a100-02", "--out", str(tmp_path))
+    assert gpufleet(*args, "--fail-on", "medium").returncode == 0
+    assert gpufleet(*args, "--fail-on", "low").returncode == 1
+    assert gpufleet(*args).returncode == 0  # default: report, do not gate
+
+
+def test_unreachable_and_failed_hosts_exit_2_and_are_reported(demo_built, tmp_path):
+    inv = yaml.safe_load(DEMO.read_text())
+    inv["all"]["children"]["us_east"]["hosts"]["gone-01"] = {
+        "ansible_connection": "ssh",
+        "ansible_host": "127.0.0.1",
+        "ansible_port": 1,
+        "ansible_ssh_common_args": "-o ConnectTimeout=3 -o StrictHostKeyChecking=no",
+    }
+    inv["all"]["children"]["us_east"]["hosts"]["broken-01"] = {"ansible_python_interpreter": "/nonexistent/python"}
+    inventory = REPO / "inventories" / "demo" / "test-unreachable.yml"  # group_vars/ next to it apply
+    inventory.write_text(yaml.safe_dump(inv))
+    try:
+        proc = gpufleet("audit", "-i", str(inventory), "--limit", "us_east", "--out", str(tmp_path))
+    finally:
+        inventory.unlink()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "latest" / "report.json").read_text())
+    assert report["hosts"]["gone-01"]["status"] == "unreachable"
+    assert report["hosts"]["broken-01"]["status"] == "failed"
+    assert report["hosts"]["iad-h100-03"]["status"] == "ok"  # the others were still audited
+    assert report["summary"]["hosts"] == {"total": 5, "ok": 3, "failed": 1, "unreachable": 1}
+
+
+@pytest.mark.parametrize(
+    "policy, message",
+    [
+        ({"memory": {"max_swappiness": "lots"}}, "policy.memory.max_swappiness: expected int"),
+        ({"rules": {"GPU-XXX-001": {"enabled": False}}}, "policy.rules.GPU-XXX-001: unknown rule id"),
+        ({"sites": {"a": {"links": {"b": {"rtt_ms": -1, "bandwidth_gbps": 1}}}}}, "policy.sites.a.links.b.rtt_ms"),
+        (["not", "a", "mapping"], "expected a mapping of policy keys"),
+    ],
+)
+def test_bad_policy_file_is_a_usage_error_before_anything_runs(demo_built, tmp_path, policy, message):
+    pfile = tmp_path / "policy.yml"
+    pfile.write_text(yaml.safe_dump(policy))
+    out = tmp_path / "out"
+    proc = gpufleet("audit", "-i", str(DEMO), "--policy", str(pfile), "--out", str(out))
+    assert proc.returncode == 3
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not (out / "latest").exists()
+
+
+def test_bad_inventory_policy_names_the_host_and_key(demo_built, tmp_path):
+    inv = yaml.safe_load(DEMO.read_text())
+    inv["all"]["children"]["eu_west"]["hosts"]["fra-h100-01"] = {"gpufleet_policy_host": {"power": {"ecc": "yes"}}}
+    inventory = REPO / "inventories" / "demo" / "test-badpolicy.yml"
+    inventory.write_text(yaml.safe_dump(inv))
+    try:
+        proc = gpufleet("audit", "-i", str(inventory), "--out", str(tmp_path))
+    finally:
+        inventory.unlink()
+    assert proc.returncode == 3
+    assert "fra-h100-01: gpufleet_policy_host: policy.power.ecc: expected bool" in proc.stderr
+
+
+def test_unwritable_report_dir_fails_before_any_host(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    proc = gpufleet("audit", "-i", str(DEMO), "--out", str(blocker / "reports"))
+    assert proc.returncode == 3
+    assert "not writable" in proc.stderr and "auditing" not in proc.stderr
+
+
+def test_missing_inventory_and_unknown_limit(tmp_path):
+    assert gpufleet("audit", "-i", str(tmp_path / "nope.yml"), "--out", str(tmp_path)).returncode == 3
+    proc = gpufleet("audit", "-i", str(DEMO), "--limit", "no-such-host", "--out", str(tmp_path))
+    assert proc.returncode == 3 and "no host matches" in proc.stderr
+
+
+def test_report_diff(demo_built, tmp_path):
+    out = tmp_path / "r"
+    assert gpufleet("audit", "-i", str(DEMO), "--limit", "ap_southeast", "--out", str(out)).returncode == 0
+    old = json.loads((out / "latest" / "report.json").read_text())
+    new = json.loads(json.dumps(old))
+    # sg-h100-02's governor got fixed; sg-l40s-03 gained a finding.
+    host = new["hosts"]["sg-h100-02"]
+    for f in host["findings"]:
+        if f["rule"] == "HOST-CPU-001":
+            f["status"] = "pass"
+    for f in new["hosts"]["sg-l40s-03"]["findings"]:
+        if f["rule"] == "GPU-PWR-001":
+            f["status"] = "fail"
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    proc = gpufleet("report", "diff", str(tmp_path / "old.json"), str(tmp_path / "new.json"))
+    assert proc.returncode == 0, proc.stderr
+    lines = [line.split() for line in proc.stdout.splitlines()]
+    assert ["fixed", "HOST-CPU-001"] in [words[:2] for words in lines]
+    assert ["new", "GPU-PWR-001"] in [words[:2] for words in lines]
+    assert "1 fixed, 1 new" in proc.stdout
+
+
+def test_catalog_lists_every_rule():
+    proc = gpufleet("catalog", "--markdown")
+    assert proc.returncode == 0
+    assert proc.stdout.count("| `") >= 33 and "`GPU-MEM-001`" in proc.stdout
