@@ -7,10 +7,19 @@ SIM_DIR := build/sim
 SIM_LIB := $(SIM_DIR)/libnvidia-ml.so.1
 INVENTORY ?= inventories/local/hosts.yml
 
-.PHONY: audit test sim lint unit integration deps-base deps-test venv clean
+.PHONY: audit demo test sim lint unit integration deps-base deps-test venv clean docs
 
 audit: deps-base $(VENV)/.installed
 	$(BIN)/gpufleet audit -i $(INVENTORY)
+
+# A simulated fleet of 8 GPU servers (build/demo), audited read-only; reports in reports/demo/.
+demo: deps-test $(VENV)/.installed-test sim
+	$(BIN)/python tests/sim/demo.py
+	$(BIN)/gpufleet audit -i inventories/demo/hosts.yml --out reports/demo
+
+# Regenerate the README's rule catalog and policy tables from the code.
+docs: $(VENV)/.installed-test
+	$(BIN)/python scripts/gen-readme-tables.py
 
 test: deps-test $(VENV)/.installed-test sim lint
 	$(BIN)/pytest -q tests
