@@ -1,0 +1,126 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache-2.0
+"""What changed between two reports, per host and rule id.
+
+A finding is a rule whose status is fail or warn. For a host in both reports:
+
+- ``fixed``: a finding in the old report whose rule now passes;
+- ``new``: a finding in the new report that was not a finding in the old one;
+- ``unchanged``: a finding in both (its status or severity may differ: see ``rules``);
+- ``unverified``: a finding in the old report that the new one cannot confirm either way: the host was not
+  audited this time (unreachable, failed), or the rule was skipped, errored or did not run. These are not
+  counted as fixed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import schema
+from .terminal import clean
+
+BUCKETS = ("fixed", "new", "unchanged", "unverified")
+
+
+def _results(host: Any) -> dict[str, dict]:
+    return {str(f.get("rule")): f for f in schema.host_findings(host) if f.get("rule") is not None}
+
+
+def _status(host: Any) -> str | None:
+    return host.get("status") if isinstance(host, dict) else None
+
+
+def diff_reports(old: dict, new: dict) -> dict[str, Any]:
+    """Compare two reports. Returns::
+
+        {"hosts": {name: {"fixed": [rule ids], "new": [...], "unchanged": [...], "unverified": [...],
+                          "status": {"old": str, "new": str},
+                          "rules": {rule id: {"title", "area", "severity", "old", "new"}}}},
+         "only_old": [host names], "only_new": [host names],
+         "totals": {"fixed": n, "new": n, "unchanged": n, "unverified": n},
+         "runs": {"old": run id, "new": run id}}
+
+    Rule id lists are sorted; ``rules`` describes each listed rule (``old``/``new``: its status in each report,
+    None where absent), taking title, area and severity from the new report where it has the rule.
+    """
+    old_hosts = old.get("hosts") if isinstance(old.get("hosts"), dict) else {}
+    new_hosts = new.get("hosts") if isinstance(new.get("hosts"), dict) else {}
+    result: dict[str, Any] = {
+        "hosts": {},
+        "only_old": sorted(set(old_hosts) - set(new_hosts)),
+        "only_new": sorted(set(new_hosts) - set(old_hosts)),
+        "totals": {b: 0 for b in BUCKETS},
+        "runs": {
+            "old": (old.get("run") or {}).get("id") if isinstance(old.get("run"), dict) else None,
+            "new": (new.get("run") or {}).get("id") if isinstance(new.get("run"), dict) else None,
+        },
+    }
+    for name in sorted(set(old_hosts) & set(new_hosts)):
+        before, after = _results(old_hosts[name]), _results(new_hosts[name])
+        new_audited = _status(new_hosts[name]) == "ok"
+        buckets: dict[str, list[str]] = {b: [] for b in BUCKETS}
+        for rule in sorted(set(before) | set(after)):
+            was = schema.is_finding(before[rule]) if rule in before else False
+            now = schema.is_finding(after[rule]) if rule in after else False
+            if was and now:
+                buckets["unchanged"].append(rule)
+            elif now:
+                buckets["new"].append(rule)
+            elif was:
+                if new_audited and rule in after and after[rule].get("status") == "pass":
+                    buckets["fixed"].append(rule)
+                else:
+                    buckets["unverified"].append(rule)
+        rules = {}
+        for bucket in BUCKETS:
+            for rule in buckets[bucket]:
+                src = after.get(rule) or before.get(rule) or {}
+                rules[rule] = {
+                    "title": src.get("title"),
+                    "area": src.get("area"),
+                    "severity": src.get("severity"),
+                    "old": before[rule].get("status") if rule in before else None,
+                    "new": after[rule].get("status") if rule in after else None,
+                }
+        result["hosts"][name] = {
+            **buckets,
+            "status": {"old": _status(old_hosts[name]), "new": _status(new_hosts[name])},
+            "rules": rules,
+        }
+        for bucket in BUCKETS:
+            result["totals"][bucket] += len(buckets[bucket])
+    return result
+
+
+def render_diff(d: dict) -> str:
+    """``diff_reports``'s result as text: totals, then each host with changes, then hosts in one report only."""
+    totals = d.get("totals") or {}
+    runs = d.get("runs") or {}
+    out = []
+    head = "gpufleet diff"
+    if runs.get("old") or runs.get("new"):
+        head += f"  {clean(runs.get('old') or '?')} -> {clean(runs.get('new') or '?')}"
+    out.append(head)
+    out.append(", ".join(f"{totals.get(b, 0)} {b}" for b in BUCKETS))
+    for name, h in sorted((d.get("hosts") or {}).items()):
+        if not any(h.get(b) for b in BUCKETS) and h["status"]["old"] == h["status"]["new"]:
+            continue
+        out.append("")
+        line = clean(name)
+        if h["status"]["old"] != h["status"]["new"]:
+            line += f"  (host {clean(h['status']['old'])} -> {clean(h['status']['new'])})"
+        out.append(line)
+        for bucket in BUCKETS:
+            for rule in h.get(bucket, []):
+                r = h["rules"].get(rule, {})
+                change = f"  [{clean(r.get('old') or 'absent')} -> {clean(r.get('new') or 'absent')}]"
+                out.append(f"  {bucket:<10} {clean(rule):<12} {clean(r.get('severity') or ''):<8} "
+                           f"{clean(r.get('area') or ''):<9} {clean(r.get('title') or '')}{change}")
+    if d.get("only_old"):
+        out.append("")
+        out.append("only in the old report: " + ", ".join(clean(n) for n in d["only_old"]))
+    if d.get("only_new"):
+        out.append("")
+        out.append("only in the new report: " + ", ".join(clean(n) for n in d["only_new"]))
+    return "\n".join(out) + "\n"

@@ -1,0 +1,271 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache-2.0
+"""The HTML report: one self-contained page (inline CSS and JS, nothing fetched), rendered with jinja2.
+
+Everything from the report is escaped by jinja2's autoescape; the page's own script is pinned by a
+Content-Security-Policy hash, so even a value that slipped through could not run a script. The view model is
+built here, in Python, so the template only lays it out.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from . import schema
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+TEMPLATE = "report.html.j2"
+AREA_LABELS = {"cpu": "CPU"}
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+MAX_ITEM_ROWS = 256  # per finding; the rest is counted, the JSON report has them all
+INLINE_WIDTH = 40  # observed/expected up to this many characters are shown inline
+ONE_LINE_WIDTH = 100  # longer ones in a block, on one (wrapped) line up to this, else a line per key or item
+
+_CELL_LABELS = {
+    "unreachable": "unreachable",
+    "failed": "failed",
+    "error": "error",
+    "pass": "pass",
+    "skip": "skip",
+    "none": "\u2013",
+}
+
+
+def environment() -> jinja2.Environment:
+    """The jinja2 environment of the report templates: autoescape on, undefined names are errors."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        finalize=_printable,
+    )
+    env.filters["csp_hash"] = _csp_hash
+    return env
+
+
+def _printable(value: Any) -> Any:
+    """Data strings lose the characters HTML may not carry (C0 controls but tab/newline/CR, DEL, C1)."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return _CONTROL.sub("\ufffd", value)
+    return value
+
+
+def _csp_hash(text: Any) -> Markup:
+    """The CSP source expression that allows exactly the inline script ``text``."""
+    digest = hashlib.sha256(str(text).encode("utf-8")).digest()
+    return Markup("'sha256-" + base64.b64encode(digest).decode("ascii") + "'")
+
+
+def render_html(report: dict) -> str:
+    """The report as one HTML page (str)."""
+    return environment().get_template(TEMPLATE).render(page=build_view(report))
+
+
+# ------------------------------------------------------------------------------------------------ view model
+
+
+def build_view(report: dict) -> dict[str, Any]:
+    """What the template shows, with every value already a string, number, bool, list or dict."""
+    run = report.get("run") if isinstance(report.get("run"), dict) else {}
+    tool = report.get("tool") if isinstance(report.get("tool"), dict) else {}
+    hosts = report.get("hosts") if isinstance(report.get("hosts"), dict) else {}
+    catalog = schema.catalog_index(report)
+    summary = schema.summarize(hosts)
+
+    host_views = [_host_view(i, str(name), host, catalog) for i, (name, host) in enumerate(sorted(hosts.items()), 1)]
+    inventory = run.get("inventory") or ""
+    title = "gpufleet audit"
+    if inventory:
+        title += f" \u2013 {inventory}"
+    if run.get("finished_at"):
+        title += f" \u2013 {run['finished_at']}"
+    return {
+        "title": title,
+        "tool": f"{tool.get('name') or 'gpufleet'} {tool.get('version') or ''}".strip(),
+        "schema": str(report.get("schema") or ""),
+        "run": {
+            "id": _text(run.get("id")),
+            "started_at": _text(run.get("started_at")),
+            "finished_at": _text(run.get("finished_at")),
+            "inventory": _text(inventory),
+            "limit": _text(run.get("limit")),
+            "controller": _text(run.get("controller")),
+            "policy_sources": [_text(p) for p in run.get("policy_sources") or [] if p is not None],
+        },
+        "complete": run.get("complete") is not False,
+        "summary": summary,
+        "areas": list(schema.AREAS),
+        "area_labels": {a: AREA_LABELS.get(a, a.capitalize()) for a in schema.AREAS},
+        "severities": list(schema.SEVERITIES),
+        "statuses": list(schema.STATUSES),
+        "hosts": host_views,
+        "catalog": [_catalog_view(e) for e in sorted(catalog.values(), key=lambda e: e["id"])],
+    }
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _host_view(index: int, name: str, host: Any, catalog: dict[str, dict]) -> dict[str, Any]:
+    host = host if isinstance(host, dict) else {}
+    status = host.get("status") if host.get("status") in schema.HOST_STATUSES else "failed"
+    findings = sorted(schema.host_findings(host), key=schema.finding_sort_key)
+    shown = [_finding_view(f, catalog) for f in findings if f.get("status") in ("fail", "warn", "error")]
+    others = [_finding_view(f, catalog) for f in findings if f.get("status") not in ("fail", "warn", "error")]
+    cells = [_cell_view(host, area) for area in schema.AREAS]
+    worst = schema.worst_severity(f.get("severity") for f in findings if schema.is_finding(f))
+    facts = host.get("facts") if isinstance(host.get("facts"), dict) else {}
+    gpu = facts.get("gpu") if isinstance(facts.get("gpu"), dict) else {}
+    counts = Counter(f.get("status") for f in findings)
+    return {
+        "name": name,
+        "anchor": f"host-{index}",
+        "status": status,
+        "message": _text(host.get("message")),
+        "site": _text(host.get("site")),
+        "gpus": _gpu_summary(gpu),
+        "driver": _text((gpu.get("driver") or {}).get("version") if isinstance(gpu.get("driver"), dict) else None),
+        "links": _links_view(host.get("links")),
+        "cells": cells,
+        "worst": worst or "",
+        "findings": shown,
+        "others": others,
+        "counts": {s: counts.get(s, 0) for s in schema.STATUSES},
+        "finding_count": counts.get("fail", 0) + counts.get("warn", 0),
+    }
+
+
+def _gpu_summary(gpu: dict) -> str:
+    gpus = gpu.get("gpus") if isinstance(gpu.get("gpus"), list) else []
+    names = Counter(str(g.get("name") or "unknown GPU") for g in gpus if isinstance(g, dict))
+    if names:
+        return ", ".join(f"{n} \u00d7 {name}" for name, n in names.most_common())
+    count = gpu.get("gpu_count")
+    if isinstance(count, int) and not isinstance(count, bool):
+        return f"{count} GPU" + ("" if count == 1 else "s")
+    return ""
+
+
+def _links_view(links: Any) -> str:
+    if not isinstance(links, dict):
+        return ""
+    peers = []
+    for p in links.get("peers") or []:
+        if not isinstance(p, dict):
+            continue
+        text = str(p.get("site") or "?")
+        details = []
+        if p.get("rtt_ms") is not None:
+            details.append(f"{p['rtt_ms']:g} ms" if isinstance(p["rtt_ms"], (int, float)) else str(p["rtt_ms"]))
+        if p.get("bandwidth_gbps") is not None:
+            bw = p["bandwidth_gbps"]
+            details.append(f"{bw:g} Gbit/s" if isinstance(bw, (int, float)) else str(bw))
+        if details:
+            text += f" ({', '.join(details)})"
+        peers.append(text)
+    if not peers:
+        return ""
+    return f"{', '.join(peers)} \u2013 {links.get('source') or 'unknown'}"
+
+
+def _cell_view(host: dict, area: str) -> dict[str, Any]:
+    c = schema.cell(host, area)
+    state, severity, counts = c["state"], c["severity"], c["counts"]
+    if state in ("fail", "warn"):
+        n = counts[state]
+        label = (severity or "unknown") if state == "fail" else f"warn \u00b7 {severity or 'unknown'}"
+        if n > 1:
+            label += f" ({n})"
+    else:
+        label = _CELL_LABELS[state]
+    parts = [f"{counts[s]} {s}" for s in schema.STATUSES if counts[s]]
+    tip = f"{area}: " + (", ".join(parts) if parts else "no checks")
+    if state in ("unreachable", "failed"):
+        tip = f"{area}: host {state}"
+    if c["rules"]:
+        tip += " \u2013 " + ", ".join(c["rules"])
+    css = f"cell-{state}"
+    if severity:
+        css += f" sev-{severity}"
+    return {"area": area, "state": state, "severity": severity or "", "label": label, "tip": tip, "css": css}
+
+
+def _finding_view(f: dict, catalog: dict[str, dict]) -> dict[str, Any]:
+    rule = _text(f.get("rule"))
+    entry = catalog.get(rule, {})
+    fix = f.get("fix") if isinstance(f.get("fix"), dict) else entry.get("fix")
+    fix = fix if isinstance(fix, dict) else {}
+    return {
+        "rule": rule,
+        "status": _text(f.get("status")),
+        "severity": _text(f.get("severity")),
+        "area": _text(f.get("area")),
+        "title": _text(f.get("title") or entry.get("title")),
+        "message": _text(f.get("message")),
+        "rationale": _text(entry.get("rationale")),
+        "observed": _pretty(f.get("observed")),
+        "expected": _pretty(f.get("expected")),
+        "fix": {k: _text(fix.get(k)) for k in ("role", "tag", "manual")},
+        "items": _items_view(f.get("items")),
+    }
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
+def _pretty(value: Any) -> dict[str, Any]:
+    """A value for display: short ones inline (``block`` false); longer ones in a <pre>, one line when that is
+    not too long, else one line per key or item (values compact)."""
+    if isinstance(value, str):
+        return {"text": value, "block": "\n" in value or len(value) > INLINE_WIDTH}
+    text = _compact(value)
+    if len(text) <= INLINE_WIDTH:
+        return {"text": text, "block": False}
+    flat_list = isinstance(value, list) and not any(isinstance(v, (dict, list)) for v in value)
+    if len(text) <= ONE_LINE_WIDTH or flat_list or not isinstance(value, (dict, list)):
+        return {"text": text, "block": True}
+    if isinstance(value, dict):
+        lines = [f"  {_compact(str(k))}: {_compact(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))]
+        return {"text": "{\n" + ",\n".join(lines) + "\n}", "block": True}
+    return {"text": "[\n" + ",\n".join(f"  {_compact(v)}" for v in value) + "\n]", "block": True}
+
+
+def _items_view(items: Any) -> dict[str, Any]:
+    rows = [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+    columns: list[str] = []
+    for row in rows[:MAX_ITEM_ROWS]:
+        for key in row:
+            if key not in columns:
+                columns.append(str(key))
+    return {
+        "columns": columns,
+        "rows": [[schema.format_value(r[c], 200) if c in r else "" for c in columns] for r in rows[:MAX_ITEM_ROWS]],
+        "more": max(len(rows) - MAX_ITEM_ROWS, 0),
+        "count": len(rows),
+    }
+
+
+def _catalog_view(entry: dict) -> dict[str, Any]:
+    return {
+        "id": _text(entry.get("id")),
+        "area": _text(entry.get("area")),
+        "severity": _text(entry.get("severity")),
+        "title": _text(entry.get("title")),
+        "rationale": _text(entry.get("rationale")),
+        "fix": schema.format_fix(entry.get("fix")),
+    }

@@ -1,0 +1,104 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache-2.0
+"""The report as a node_exporter textfile (Prometheus text exposition format 0.0.4).
+
+Point node_exporter's ``--collector.textfile.directory`` at ``<report dir>/latest``: the writer swaps that link
+atomically, so the collector never reads half a file. Samples carry no timestamps (the textfile collector
+rejects them); the audit time is its own metric.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from . import schema
+
+PREFIX = "gpufleet"
+
+
+def escape_label(value: Any) -> str:
+    """A label value escaped per the exposition format: backslash, double quote and line feed."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _labels(**labels: Any) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{escape_label(v)}"' for k, v in labels.items()) + "}"
+
+
+def _number(value: float | int) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    return repr(float(value))
+
+
+def audit_timestamp(report: dict) -> float | None:
+    """Unix time of the end of the run (its start if it has no end), None if neither is a timestamp."""
+    run = report.get("run") if isinstance(report.get("run"), dict) else {}
+    for key in ("finished_at", "started_at"):
+        when = schema.parse_time(run.get(key))
+        if when is not None:
+            if when.tzinfo is None:  # a naive time in a report is UTC (the producer writes UTC)
+                when = when.replace(tzinfo=timezone.utc)
+            return when.timestamp()
+    return None
+
+
+def render_prometheus(report: dict, now: datetime | None = None) -> str:
+    """The textfile for ``report``. ``now`` stands in for the audit time when the report has none."""
+    hosts = report.get("hosts") if isinstance(report.get("hosts"), dict) else {}
+    run = report.get("run") if isinstance(report.get("run"), dict) else {}
+    families: list[tuple[str, str, list[str]]] = []
+
+    findings: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for name, host in sorted(hosts.items()):
+        for f in sorted(schema.host_findings(host), key=schema.finding_sort_key):
+            if not schema.is_finding(f):
+                continue
+            key = (str(name), str(f.get("rule")))
+            if key in seen:  # one series per host and rule: a duplicate would make node_exporter drop the file
+                continue
+            seen.add(key)
+            labels = _labels(host=name, rule=f.get("rule", ""), severity=f.get("severity", ""),
+                             area=f.get("area", ""), status=f.get("status"))
+            findings.append(f"{PREFIX}_finding{labels} 1")
+    families.append(("finding", "A failing or warning gpufleet finding on a host (always 1 while it lasts).", findings))
+
+    up = [f"{PREFIX}_host_up{_labels(host=name)} {1 if isinstance(h, dict) and h.get('status') == 'ok' else 0}"
+          for name, h in sorted(hosts.items())]
+    families.append(("host_up", "1 if the host was audited, 0 if it was unreachable or its audit failed.", up))
+
+    totals = []
+    for name, host in sorted(hosts.items()):
+        counts = {s: 0 for s in schema.SEVERITIES}
+        for f in schema.host_findings(host):
+            if schema.is_finding(f) and f.get("severity") in counts:
+                counts[f["severity"]] += 1
+        totals.extend(f"{PREFIX}_findings_total{_labels(host=name, severity=s)} {n}" for s, n in counts.items())
+    families.append(("findings_total", "Failing and warning findings on a host, by severity.", totals))
+
+    ts = audit_timestamp(report)
+    if ts is None:
+        ts = (now or datetime.now(timezone.utc)).timestamp()
+    families.append(("audit_timestamp_seconds", "Unix time the audit finished.", [
+        f"{PREFIX}_audit_timestamp_seconds {_number(float(ts))}"]))
+    families.append(("audit_complete", "1 if the audit run completed, 0 if it was interrupted or partial.", [
+        f"{PREFIX}_audit_complete {1 if run.get('complete') is True else 0}"]))
+
+    lines: list[str] = []
+    for name, help_text, samples in families:
+        metric = f"{PREFIX}_{name}"
+        lines.append(f"# HELP {metric} {_escape_help(help_text)}")
+        lines.append(f"# TYPE {metric} gauge")
+        lines.extend(samples)
+    return "\n".join(lines) + "\n"

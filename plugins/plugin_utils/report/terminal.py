@@ -1,0 +1,185 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache-2.0
+"""The report for a terminal: a fixed-width table hosts x areas, the findings per host, then totals.
+
+Values from hosts are printed with control characters escaped (``\\x1b``, ``\\n``), so a hostile host name or
+observed value cannot move the cursor, recolour or forge lines; colour codes come only from here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+from . import schema
+
+CELL_WIDTH = 14  # "warn/crit (12)" and a space
+MAX_HOST_WIDTH = 40
+VALUE_WIDTH = 100
+
+_SHORT = {"critical": "CRIT", "high": "HIGH", "medium": "MED", "low": "LOW", "info": "INFO"}
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_RESET = "\x1b[0m"
+_SEVERITY_COLOR = {
+    "critical": "\x1b[1;97;41m",
+    "high": "\x1b[1;31m",
+    "medium": "\x1b[33m",
+    "low": "\x1b[36m",
+    "info": "\x1b[34m",
+}
+_STATE_COLOR = {
+    "pass": "\x1b[32m",
+    "skip": "\x1b[2m",
+    "none": "\x1b[2m",
+    "error": "\x1b[35m",
+    "unreachable": "\x1b[1;35m",
+    "failed": "\x1b[1;35m",
+    "ok": "\x1b[32m",
+}
+
+
+def clean(value: Any) -> str:
+    """``value`` as one printable line: control characters become visible escapes."""
+
+    def esc(m: re.Match) -> str:
+        ch = m.group(0)
+        if ch in _NAMED:
+            return _NAMED[ch]
+        return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+
+    return _CONTROL.sub(esc, "" if value is None else str(value))
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "\u2026"
+
+
+class _Painter:
+    def __init__(self, color: bool) -> None:
+        self.color = color
+
+    def __call__(self, text: str, code: str | None) -> str:
+        return f"{code}{text}{_RESET}" if self.color and code else text
+
+
+def _cell_text(c: dict) -> tuple[str, str | None]:
+    state, sev, counts = c["state"], c["severity"], c["counts"]
+    if state == "fail":
+        text = _SHORT.get(sev, "FAIL")
+        if counts["fail"] > 1:
+            text += f" ({counts['fail']})"
+        return text, _SEVERITY_COLOR.get(sev)
+    if state == "warn":
+        text = "warn/" + (_SHORT.get(sev, "?").lower())
+        if counts["warn"] > 1:
+            text += f" ({counts['warn']})"
+        return text, _SEVERITY_COLOR.get(sev, "").replace("1;", "") or None
+    if state in ("unreachable", "failed"):
+        return "--", "\x1b[2m"
+    return {"pass": "ok", "skip": "skip", "none": "-", "error": "ERROR"}[state], _STATE_COLOR.get(state)
+
+
+def _gpu_line(host: dict) -> str:
+    facts = host.get("facts") if isinstance(host.get("facts"), dict) else {}
+    gpu = facts.get("gpu") if isinstance(facts.get("gpu"), dict) else {}
+    parts = []
+    if host.get("site"):
+        parts.append(f"site {host['site']}")
+    gpus = gpu.get("gpus") if isinstance(gpu.get("gpus"), list) else []
+    names = Counter(str(g.get("name") or "unknown GPU") for g in gpus if isinstance(g, dict))
+    if names:
+        parts.append(", ".join(f"{n} x {name}" for name, n in names.most_common()))
+    elif isinstance(gpu.get("gpu_count"), int) and not isinstance(gpu.get("gpu_count"), bool):
+        parts.append(f"{gpu['gpu_count']} GPUs")
+    driver = gpu.get("driver") if isinstance(gpu.get("driver"), dict) else {}
+    if driver.get("version"):
+        parts.append(f"driver {driver['version']}")
+    return ", ".join(parts)
+
+
+def render_terminal(report: dict, color: bool = False) -> str:
+    """The report as text for a terminal (ANSI colours if ``color``); ends with a newline."""
+    paint = _Painter(color)
+    run = report.get("run") if isinstance(report.get("run"), dict) else {}
+    hosts = report.get("hosts") if isinstance(report.get("hosts"), dict) else {}
+    names = sorted(hosts)
+    out: list[str] = []
+
+    head = ["gpufleet audit"]
+    for key, label in (("id", "run"), ("finished_at", "finished"), ("inventory", "inventory"), ("limit", "limit")):
+        if run.get(key):
+            head.append(f"{label} {clean(run[key])}")
+    out.append("  ".join(head))
+    if run.get("complete") is False:
+        out.append(paint("INCOMPLETE RUN: the audit was interrupted or partial; results below are not the whole fleet.",
+                         "\x1b[1;33m"))
+    out.append("")
+
+    host_w = min(max([4] + [len(clean(n)) for n in names]), MAX_HOST_WIDTH)
+    status_w = len("unreachable")
+    header = f"{'HOST':<{host_w}}  {'STATUS':<{status_w}}  " + "".join(
+        f"{a.upper():<{CELL_WIDTH}}" for a in schema.AREAS)
+    out.append(header.rstrip())
+    out.append("-" * len(header.rstrip()))
+    for name in names:
+        host = hosts[name] if isinstance(hosts[name], dict) else {}
+        status = str(host.get("status") or "?")
+        row = f"{_fit(clean(name), host_w):<{host_w}}  "
+        row += paint(f"{_fit(clean(status), status_w):<{status_w}}", _STATE_COLOR.get(status))
+        row += "  "
+        cells = []
+        for area in schema.AREAS:
+            text, code = _cell_text(schema.cell(host, area))
+            text = _fit(text, CELL_WIDTH - 1)
+            cells.append(paint(text, code) + " " * (CELL_WIDTH - len(text)))
+        out.append((row + "".join(cells)).rstrip())
+    if not names:
+        out.append("(no hosts)")
+
+    for name in names:
+        host = hosts[name] if isinstance(hosts[name], dict) else {}
+        status = host.get("status")
+        shown = [f for f in sorted(schema.host_findings(host), key=schema.finding_sort_key)
+                 if f.get("status") in ("fail", "warn", "error")]
+        if status == "ok" and not shown:
+            continue
+        out.append("")
+        line = paint(clean(name), "\x1b[1m")
+        info = _gpu_line(host)
+        if info:
+            line += f"  ({clean(info)})"
+        out.append(line)
+        if status != "ok":
+            label = "UNREACHABLE" if status == "unreachable" else "AUDIT FAILED"
+            out.append("  " + paint(label, _STATE_COLOR.get(str(status))) + ": "
+                       + clean(host.get("message") or "no message"))
+        for f in shown:
+            sev = str(f.get("severity") or "")
+            st = str(f.get("status") or "")
+            tag = f"{_SHORT.get(sev, clean(sev).upper()):<4} {st:<5}"
+            code = _SEVERITY_COLOR.get(sev) if st == "fail" else _STATE_COLOR.get(st, _SEVERITY_COLOR.get(sev))
+            out.append(f"  {paint(tag, code)} {clean(f.get('rule')):<12} {clean(f.get('area')):<9} "
+                       f"{clean(f.get('title'))}")
+            indent = " " * 13
+            if f.get("message"):
+                out.append(indent + clean(f["message"]))
+            observed = clean(schema.format_value(f.get("observed"), VALUE_WIDTH))
+            expected = clean(schema.format_value(f.get("expected"), VALUE_WIDTH))
+            out.append(f"{indent}{observed} \u2192 {expected}")
+            fix = schema.format_fix(f.get("fix"))
+            if fix:
+                out.append(f"{indent}fix: {clean(fix)}")
+
+    s = schema.summarize(hosts)
+    h, fs = s["hosts"], s["findings"]
+    out.append("")
+    out.append(f"hosts: {h['total']} ({h['ok']} ok, {h['failed']} failed, {h['unreachable']} unreachable)")
+    sev_text = ", ".join(paint(f"{n} {sev}", _SEVERITY_COLOR[sev] if n else None)
+                         for sev, n in fs["by_severity"].items())
+    out.append(f"findings: {sum(fs['by_severity'].values())} ({sev_text})")
+    out.append("checks: " + ", ".join(f"{n} {st}" for st, n in fs["by_status"].items()))
+    return "\n".join(out) + "\n"

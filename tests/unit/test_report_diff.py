@@ -1,0 +1,104 @@
+"""Diff of two reports: fixed, new, unchanged (and unverified) findings per host; hosts in one report only."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report.diff import diff_reports, render_diff
+
+REPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "reports"
+A100 = "sg-a100-01"
+
+
+@pytest.fixture
+def old():
+    return json.loads((REPORTS / "sample-v1.json").read_text(encoding="utf-8"))
+
+
+def _set_status(report, host, rule, status):
+    next(f for f in report["hosts"][host]["findings"] if f["rule"] == rule)["status"] = status
+
+
+@pytest.fixture
+def new(old):
+    new = copy.deepcopy(old)
+    new["run"]["id"] = "7a1e4b2c-0000-4000-8000-000000000002"
+    _set_status(new, A100, "HOST-MEM-002", "pass")  # fixed
+    _set_status(new, A100, "HOST-HLT-002", "pass")  # fixed (was a warning)
+    _set_status(new, A100, "GPU-HLT-001", "fail")  # new
+    _set_status(new, A100, "SW-CUDA-001", "warn")  # still a finding: unchanged
+    _set_status(new, A100, "GPU-PWR-001", "skip")  # not confirmed either way
+    new["hosts"][A100]["findings"] = [f for f in new["hosts"][A100]["findings"] if f["rule"] != "SW-FM-001"]
+    del new["hosts"]["sg-l40s-03"]
+    new["hosts"]["iad-h100-04"] = copy.deepcopy(old["hosts"]["iad-h100-03"])
+    return new
+
+
+def test_same_report_has_no_changes(old):
+    d = diff_reports(old, old)
+    assert d["totals"] == {"fixed": 0, "new": 0, "unchanged": 11, "unverified": 0}
+    assert d["only_old"] == d["only_new"] == []
+    assert d["hosts"][A100]["unchanged"] == sorted(
+        f["rule"] for f in old["hosts"][A100]["findings"] if f["status"] in ("fail", "warn"))
+
+
+def test_fixed_new_unchanged(old, new):
+    d = diff_reports(old, new)
+    h = d["hosts"][A100]
+    assert h["fixed"] == ["HOST-HLT-002", "HOST-MEM-002"]
+    assert h["new"] == ["GPU-HLT-001"]
+    assert h["unverified"] == ["GPU-PWR-001", "SW-FM-001"]  # skipped now / not run now: not claimed fixed
+    assert "SW-CUDA-001" in h["unchanged"] and "HOST-MEM-002" not in h["unchanged"]
+    assert len(h["unchanged"]) == 11 - 2 - 2
+    assert h["rules"]["SW-CUDA-001"] == {"title": "CUDA toolkit newer than the driver supports",
+                                         "area": "software", "severity": "high", "old": "fail", "new": "warn"}
+    assert h["rules"]["SW-FM-001"]["new"] is None
+    assert d["hosts"]["iad-h100-03"] == {"fixed": [], "new": [], "unchanged": [], "unverified": [],
+                                          "status": {"old": "ok", "new": "ok"}, "rules": {}}
+    assert d["only_old"] == ["sg-l40s-03"]
+    assert d["only_new"] == ["iad-h100-04"]
+    assert d["totals"] == {"fixed": 2, "new": 1, "unchanged": 7, "unverified": 2}
+    assert d["runs"] == {"old": "6f0d3c1e-8a52-4e8b-9d0a-2b7c41f5e9a3", "new": "7a1e4b2c-0000-4000-8000-000000000002"}
+
+
+def test_a_host_not_audited_now_fixes_nothing(old):
+    new = copy.deepcopy(old)
+    new["hosts"][A100] = {"status": "unreachable", "message": "timeout", "findings": []}
+    h = diff_reports(old, new)["hosts"][A100]
+    assert h["fixed"] == [] and h["unchanged"] == []
+    assert len(h["unverified"]) == 11
+    assert h["status"] == {"old": "ok", "new": "unreachable"}
+
+
+def test_a_host_back_from_unreachable_has_new_findings(old):
+    new = copy.deepcopy(old)
+    new["hosts"]["sg-l40s-03"] = copy.deepcopy(old["hosts"][A100])
+    h = diff_reports(old, new)["hosts"]["sg-l40s-03"]
+    assert len(h["new"]) == 11 and h["fixed"] == []
+
+
+def test_render_diff(old, new):
+    text = render_diff(diff_reports(old, new))
+    lines = text.splitlines()
+    assert lines[0] == "gpufleet diff  6f0d3c1e-8a52-4e8b-9d0a-2b7c41f5e9a3 -> 7a1e4b2c-0000-4000-8000-000000000002"
+    assert lines[1] == "2 fixed, 1 new, 7 unchanged, 2 unverified"
+    assert any(line.split()[:2] == ["fixed", "HOST-MEM-002"] and line.endswith("[fail -> pass]") for line in lines)
+    assert any(line.split()[:2] == ["fixed", "HOST-HLT-002"] and line.endswith("[warn -> pass]") for line in lines)
+    assert any(line.split()[:3] == ["new", "GPU-HLT-001", "critical"] for line in lines)
+    assert any(line.split()[:2] == ["unverified", "SW-FM-001"] and line.endswith("[fail -> absent]")
+               for line in lines)
+    assert "only in the old report: sg-l40s-03" in lines
+    assert "only in the new report: iad-h100-04" in lines
+    assert "iad-h100-03" not in text  # nothing changed there
+    assert lines.index("sg-a100-01") < lines.index("only in the old report: sg-l40s-03")
+
+
+def test_render_diff_escapes_control_characters(old):
+    new = copy.deepcopy(old)
+    new["hosts"]["evil\x1b[2J\nhost"] = {"status": "ok", "findings": []}
+    text = render_diff(diff_reports(old, new))
+    assert "\x1b" not in text
+    assert "only in the new report: evil\\x1b[2J\\nhost" in text

@@ -1,0 +1,158 @@
+"""node_exporter textfile: metric families, values, and label escaping per the text exposition format."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import prometheus
+
+REPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "reports"
+FAMILIES = [
+    "gpufleet_finding",
+    "gpufleet_host_up",
+    "gpufleet_findings_total",
+    "gpufleet_audit_timestamp_seconds",
+    "gpufleet_audit_complete",
+]
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_LABEL = r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"'
+_SAMPLE = re.compile(rf"^({_NAME})(?:\{{((?:{_LABEL})(?:,{_LABEL})*)?\}})? (\S+)$")
+
+
+def _unescape(value):
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "\\": "\\", '"': '"'}[m.group(1)], value)
+
+
+def parse(text):
+    """A strict reader of the exposition format: returns {family: {"help", "type", "samples": [(labels, value)]}}."""
+    assert text.endswith("\n")
+    families = {}
+    current = None
+    series = set()
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name = line.split(" ")[2]
+            assert name not in families, f"family {name} appears twice"
+            families[name] = {"help": line.split(" ", 3)[3], "type": None, "samples": []}
+            current = name
+        elif line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert name == current and kind in ("gauge", "counter", "untyped")
+            families[name]["type"] = kind
+        else:
+            m = _SAMPLE.match(line)
+            assert m, f"not a sample line: {line!r}"
+            name, labels_text, value = m.group(1), m.group(2), m.group(m.lastindex)
+            assert name == current, f"{name} outside its family"
+            labels = {k: _unescape(v) for k, v in re.findall(_LABEL, labels_text or "")}
+            key = (name, tuple(sorted(labels.items())))
+            assert key not in series, f"duplicate series {key}"
+            series.add(key)
+            families[name]["samples"].append((labels, float(value)))
+    return families
+
+
+def load(name):
+    return json.loads((REPORTS / name).read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def sample():
+    return load("sample-v1.json")
+
+
+@pytest.fixture(scope="module")
+def metrics(sample):
+    return parse(prometheus.render_prometheus(sample))
+
+
+def test_families_in_order_with_help_and_type(metrics):
+    assert list(metrics) == FAMILIES
+    assert all(f["type"] == "gauge" and f["help"] for f in metrics.values())
+
+
+def test_findings_only_fail_and_warn(sample, metrics):
+    samples = metrics["gpufleet_finding"]["samples"]
+    assert all(v == 1 for _, v in samples)
+    assert all(set(labels) == {"host", "rule", "severity", "area", "status"} for labels, _ in samples)
+    got = sorted((s["host"], s["rule"], s["status"]) for s, _ in samples)
+    want = sorted(
+        (host, f["rule"], f["status"])
+        for host, h in sample["hosts"].items()
+        for f in h["findings"]
+        if f["status"] in ("fail", "warn")
+    )
+    assert got == want and len(got) == 11
+    fm = next(s for s, _ in samples if s["rule"] == "SW-FM-001")
+    assert fm == {"host": "sg-a100-01", "rule": "SW-FM-001", "severity": "critical", "area": "software",
+                  "status": "fail"}
+    aer = next(s for s, _ in samples if s["rule"] == "HOST-HLT-002")
+    assert aer["status"] == "warn"
+
+
+def test_host_up(metrics):
+    up = {s["host"]: v for s, v in metrics["gpufleet_host_up"]["samples"]}
+    assert up == {"sg-a100-01": 1, "fra-a100-02": 0, "iad-h100-03": 1, "sg-l40s-03": 0}
+
+
+def test_findings_total_per_host_and_severity(metrics):
+    totals = {(s["host"], s["severity"]): v for s, v in metrics["gpufleet_findings_total"]["samples"]}
+    assert len(totals) == 4 * 5
+    assert [totals[("sg-a100-01", s)] for s in ("critical", "high", "medium", "low", "info")] == [3, 5, 3, 0, 0]
+    assert not any(v for (host, _), v in totals.items() if host != "sg-a100-01")
+
+
+def test_timestamp_and_complete(sample, metrics):
+    ts = metrics["gpufleet_audit_timestamp_seconds"]["samples"]
+    assert ts == [({}, datetime(2026, 11, 1, 8, 31, 27, tzinfo=timezone.utc).timestamp())]
+    assert metrics["gpufleet_audit_complete"]["samples"] == [({}, 1.0)]
+    partial = dict(sample, run=dict(sample["run"], complete=False, finished_at=None))
+    m = parse(prometheus.render_prometheus(partial))
+    assert m["gpufleet_audit_complete"]["samples"] == [({}, 0.0)]
+    # no finish time: the start time
+    assert m["gpufleet_audit_timestamp_seconds"]["samples"][0][1] == datetime(
+        2026, 11, 1, 8, 30, tzinfo=timezone.utc).timestamp()
+
+
+def test_timestamp_falls_back_to_now():
+    now = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    m = parse(prometheus.render_prometheus({"hosts": {}}, now=now))
+    assert m["gpufleet_audit_timestamp_seconds"]["samples"] == [({}, now.timestamp())]
+    assert m["gpufleet_audit_complete"]["samples"] == [({}, 0.0)]
+
+
+def test_escape_label():
+    assert prometheus.escape_label('a\\b"c\nd') == 'a\\\\b\\"c\\nd'
+    assert prometheus.escape_label("<script>{{ 7*7 }}") == "<script>{{ 7*7 }}"
+
+
+def test_hostile_labels_round_trip_and_inject_nothing():
+    hostile = load("hostile-v1.json")
+    text = prometheus.render_prometheus(hostile)
+    m = parse(text)  # strict: an unescaped quote or newline would break a line or add a sample
+    assert list(m) == FAMILIES
+    assert "gpufleet_fake" not in {line.split("{")[0].split(" ")[0] for line in text.splitlines()}
+    up = {s["host"]: v for s, v in m["gpufleet_host_up"]["samples"]}
+    assert up == {"gpu-<script>alert(1)</script>-01": 1, 'evil"host\nname{{ 7*7 }}': 0,
+                  "unreach-<img src=x onerror=\"document.body.setAttribute('data-pwned','img')\">": 0}
+    assert 'host="evil\\"host\\nname{{ 7*7 }}"' in text
+
+
+def test_backslash_in_a_rule_label():
+    report = {"run": {"finished_at": "2026-01-01T00:00:00Z", "complete": True}, "hosts": {"h\\1": {
+        "status": "ok", "findings": [{"rule": 'R\\"-1\n', "status": "fail", "severity": "low", "area": "cpu"}]}}}
+    m = parse(prometheus.render_prometheus(report))
+    assert m["gpufleet_finding"]["samples"] == [
+        ({"host": "h\\1", "rule": 'R\\"-1\n', "severity": "low", "area": "cpu", "status": "fail"}, 1.0)]
+
+
+def test_duplicate_rule_results_give_one_series():
+    f = {"rule": "GPU-PWR-001", "status": "fail", "severity": "high", "area": "power"}
+    report = {"hosts": {"h": {"status": "ok", "findings": [f, dict(f, status="warn")]}}}
+    m = parse(prometheus.render_prometheus(report))
+    assert len(m["gpufleet_finding"]["samples"]) == 1

@@ -1,0 +1,216 @@
+"""write_all: one directory per run, four formats written atomically with mode 0640, `latest` swapped atomically;
+check_writable fails early with a message naming the directory and the reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
+
+REPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "reports"
+NAMES = {"report.json", "report.html", "junit.xml", "gpufleet.prom"}
+
+
+@pytest.fixture
+def sample():
+    return json.loads((REPORTS / "sample-v1.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def umask_zero():
+    old = os.umask(0)
+    yield
+    os.umask(old)
+
+
+def _mode(path):
+    return os.stat(path).st_mode & 0o777
+
+
+def test_write_all_layout_and_contents(tmp_path, sample):
+    out = tmp_path / "reports"
+    paths = writer.write_all(sample, out, stamp="20261101T083127Z")
+    run = out / "20261101T083127Z"
+    assert paths == {
+        "dir": run,
+        "json": run / "report.json",
+        "html": run / "report.html",
+        "junit": run / "junit.xml",
+        "prometheus": run / "gpufleet.prom",
+        "latest": out / "latest",
+    }
+    assert {p.name for p in run.iterdir()} == NAMES  # and no temp file left behind
+    assert {p.name for p in out.iterdir()} == {"20261101T083127Z", "latest"}
+    text = paths["json"].read_text(encoding="utf-8")
+    assert text == json.dumps(sample, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    assert json.loads(text) == sample
+    assert paths["html"].read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert ET.parse(paths["junit"]).getroot().tag == "testsuites"
+    assert "gpufleet_host_up{host=\"iad-h100-03\"} 1\n" in paths["prometheus"].read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("mask", [0, 0o022, 0o077])
+def test_modes_do_not_depend_on_the_umask(tmp_path, sample, mask):
+    old = os.umask(mask)
+    try:
+        paths = writer.write_all(sample, tmp_path, stamp="s")
+    finally:
+        os.umask(old)
+    for key in ("json", "html", "junit", "prometheus"):
+        assert _mode(paths[key]) == 0o640, key
+    assert _mode(paths["dir"]) == 0o750
+
+
+def test_latest_points_at_the_newest_run(tmp_path, sample):
+    first = writer.write_all(sample, tmp_path, stamp="20261101T000000Z")
+    assert os.readlink(tmp_path / "latest") == "20261101T000000Z"  # relative: the tree can move
+    second = writer.write_all(sample, tmp_path, stamp="20261102T000000Z")
+    assert os.readlink(tmp_path / "latest") == "20261102T000000Z"
+    assert (tmp_path / "latest" / "report.json").resolve() == second["json"].resolve()
+    assert first["json"].exists()  # older runs are kept
+    assert {p.name for p in tmp_path.iterdir()} == {"20261101T000000Z", "20261102T000000Z", "latest"}
+
+
+def test_existing_stamp_gets_a_suffix(tmp_path, sample):
+    dirs = [writer.write_all(sample, tmp_path, stamp="20261101T000000Z")["dir"].name for _ in range(3)]
+    assert dirs == ["20261101T000000Z", "20261101T000000Z-1", "20261101T000000Z-2"]
+    assert os.readlink(tmp_path / "latest") == "20261101T000000Z-2"
+
+
+def test_default_stamp_is_utc_time(tmp_path, sample):
+    paths = writer.write_all(sample, tmp_path)
+    assert re.fullmatch(r"\d{8}T\d{6}Z(-\d+)?", paths["dir"].name)
+
+
+def test_latest_is_replaced_by_rename_never_removed(tmp_path, sample, monkeypatch):
+    writer.write_all(sample, tmp_path, stamp="a")
+    renames = []
+    real_replace, real_unlink = os.replace, os.unlink
+
+    def spy_replace(src, dst, *args, **kwargs):
+        renames.append((Path(src), Path(dst), os.path.islink(src)))
+        return real_replace(src, dst, *args, **kwargs)
+
+    def guard_unlink(path, *args, **kwargs):
+        assert Path(path).name != "latest", "latest must never be missing, not even for a moment"
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(writer.os, "replace", spy_replace)
+    monkeypatch.setattr(writer.os, "unlink", guard_unlink)
+    monkeypatch.setattr(writer.os, "remove", guard_unlink)
+    writer.write_all(sample, tmp_path, stamp="b")
+    src, dst, was_link = renames[-1]
+    assert dst == tmp_path / "latest" and was_link and src.parent == tmp_path and src.name.startswith(".latest.")
+    # each file: a temp file in the run directory renamed onto its final name
+    files = [(s, d) for s, d, _ in renames[:-1]]
+    assert sorted(d.name for _, d in files) == sorted(NAMES)
+    assert all(s.parent == d.parent == tmp_path / "b" and s.name.startswith("." + d.name) for s, d in files)
+
+
+def test_files_are_fsynced(tmp_path, sample, monkeypatch):
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(writer.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    writer.write_all(sample, tmp_path, stamp="x")
+    assert len(synced) >= 4 + 2  # four files, the run directory, the report directory
+
+
+def test_a_render_error_writes_nothing(tmp_path, sample, monkeypatch):
+    def boom(report):
+        raise RuntimeError("template broke")
+
+    monkeypatch.setattr(writer, "render_html", boom)
+    with pytest.raises(RuntimeError, match="template broke"):
+        writer.write_all(sample, tmp_path / "out", stamp="x")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_write_leaves_no_temp_file(tmp_path, monkeypatch):
+    target = tmp_path / "f.json"
+    target.write_text("old")
+
+    def fail(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer.os, "fsync", fail)
+    with pytest.raises(OSError, match="No space left"):
+        writer.write_atomic(target, "new")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
+
+
+def test_lone_surrogate_is_kept_in_json(tmp_path, sample):
+    sample["hosts"]["iad-h100-03"]["message"] = "bad \ud800 byte"
+    paths = writer.write_all(sample, tmp_path, stamp="x")
+    assert json.loads(paths["json"].read_text(encoding="ascii"))["hosts"]["iad-h100-03"]["message"] == (
+        "bad \ud800 byte")
+    assert "\ufffd" in paths["html"].read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("stamp", ["", ".", "..", "latest", ".hidden", "a/b", "../x"])
+def test_bad_stamps_are_refused(tmp_path, sample, stamp):
+    with pytest.raises(ValueError, match="invalid report stamp"):
+        writer.write_all(sample, tmp_path, stamp=stamp)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_latest_that_is_a_real_directory_is_not_clobbered(tmp_path, sample):
+    (tmp_path / "latest").mkdir()
+    with pytest.raises(writer.ReportDirError, match="latest exists and is not a symlink"):
+        writer.check_writable(tmp_path)
+    with pytest.raises(writer.ReportDirError, match="latest exists and is not a symlink"):
+        writer.write_all(sample, tmp_path, stamp="x")
+    assert [p.name for p in tmp_path.iterdir()] == ["latest"]
+
+
+# ---------------------------------------------------------------------------------------------- check_writable
+
+
+def test_check_writable_creates_the_directory_and_leaves_nothing(tmp_path):
+    target = tmp_path / "a" / "b"
+    assert writer.check_writable(target) == target
+    assert target.is_dir()
+    assert list(target.iterdir()) == []
+
+
+def test_check_writable_on_a_file(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(writer.ReportDirError) as err:
+        writer.check_writable(f)
+    assert str(err.value) == f"report directory {f} is not writable: exists and is not a directory"
+
+
+def test_check_writable_under_a_file(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(writer.ReportDirError) as err:
+        writer.check_writable(f / "sub")
+    assert str(err.value).startswith(f"report directory {f / 'sub'} is not writable: Not a directory")
+    assert err.value.path == f / "sub"
+
+
+def test_check_writable_reports_the_os_reason(tmp_path, monkeypatch):
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path))
+
+    monkeypatch.setattr(writer.tempfile, "mkdtemp", denied)
+    with pytest.raises(writer.ReportDirError) as err:
+        writer.check_writable(tmp_path)
+    assert str(err.value) == f"report directory {tmp_path} is not writable: Permission denied ({tmp_path})"
+    assert isinstance(err.value.__cause__, PermissionError)
+
+
+def test_check_writable_needs_symlinks(tmp_path, monkeypatch):
+    def no_links(*args, **kwargs):
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(writer.os, "symlink", no_links)
+    with pytest.raises(writer.ReportDirError, match="Operation not permitted"):
+        writer.check_writable(tmp_path)
+    assert list(tmp_path.iterdir()) == []  # the probe is cleaned up
