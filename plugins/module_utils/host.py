@@ -4,7 +4,7 @@
 """The state of the host around the GPUs: CPU and governors, NUMA, memory and swap pressure,
 VM sysctls, transparent huge pages, memlock limits, irqbalance, kernel, OS and the kernel log.
 
-Every file is read through HostFS, so a fixture tree (tests/sim/host/mkroot.py) or a mounted
+Every file is read through HostFS, so a fixture tree (as the tests use) or a mounted
 image can stand in for the host. Commands (dmesg, journalctl) run only through the ``run``
 callable the module hands in: ``run(argv_list) -> (rc, stdout, stderr)``.
 
