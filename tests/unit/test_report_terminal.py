@@ -51,12 +51,19 @@ def test_matrix_is_fixed_width(text):
 
 
 def test_warn_only_cell():
-    report = {"hosts": {"h": {"status": "ok", "findings": [
-        {"rule": "A-1", "area": "cpu", "status": "warn", "severity": "medium"},
-        {"rule": "A-2", "area": "cpu", "status": "warn", "severity": "low"},
-        {"rule": "A-3", "area": "memory", "status": "skip", "severity": "low"},
-        {"rule": "A-4", "area": "health", "status": "error", "severity": "low"},
-    ]}}}
+    report = {
+        "hosts": {
+            "h": {
+                "status": "ok",
+                "findings": [
+                    {"rule": "A-1", "area": "cpu", "status": "warn", "severity": "medium"},
+                    {"rule": "A-2", "area": "cpu", "status": "warn", "severity": "low"},
+                    {"rule": "A-3", "area": "memory", "status": "skip", "severity": "low"},
+                    {"rule": "A-4", "area": "health", "status": "error", "severity": "low"},
+                ],
+            }
+        }
+    }
     header, rows = _table(render_terminal(report))
     assert rows[0][header.index("CPU") :].split()[:2] == ["warn/med", "(2)"]
     assert rows[0][header.index("HEALTH") :].split()[0] == "ERROR"
@@ -69,10 +76,17 @@ def test_failing_findings_with_observed_and_expected(text):
     block = block[: block.index("\n\n")]
     heads = [line.split()[:3] for line in block.splitlines() if line.startswith("  ") and not line.startswith("   ")]
     assert heads == [
-        ["CRIT", "fail", "GPU-MEM-001"], ["CRIT", "fail", "SW-FM-001"], ["CRIT", "fail", "SW-KMOD-001"],
-        ["HIGH", "fail", "GPU-PWR-001"], ["HIGH", "fail", "GPU-PWR-002"], ["HIGH", "fail", "GPU-PWR-003"],
-        ["HIGH", "fail", "HOST-MEM-001"], ["HIGH", "fail", "SW-CUDA-001"],
-        ["MED", "fail", "HOST-MEM-002"], ["MED", "fail", "HOST-MEM-003"], ["MED", "warn", "HOST-HLT-002"],
+        ["CRIT", "fail", "GPU-MEM-001"],
+        ["CRIT", "fail", "SW-FM-001"],
+        ["CRIT", "fail", "SW-KMOD-001"],
+        ["HIGH", "fail", "GPU-PWR-001"],
+        ["HIGH", "fail", "GPU-PWR-002"],
+        ["HIGH", "fail", "GPU-PWR-003"],
+        ["HIGH", "fail", "HOST-MEM-001"],
+        ["HIGH", "fail", "SW-CUDA-001"],
+        ["MED", "fail", "HOST-MEM-002"],
+        ["MED", "fail", "HOST-MEM-003"],
+        ["MED", "warn", "HOST-HLT-002"],
     ]  # worst first; passing rules are not listed
     assert '{"driver": "535.104.05", "fabricmanager": "535.86.10"} \u2192 equal' in block
     assert "60 \u2192 <= 10" in block
@@ -100,8 +114,14 @@ def test_no_colour_by_default_and_colour_on_request(sample, text):
 
 
 def test_long_values_are_cut():
-    finding = {"rule": "A-1", "area": "cpu", "status": "fail", "severity": "high", "observed": "x" * 500,
-               "expected": list(range(200))}
+    finding = {
+        "rule": "A-1",
+        "area": "cpu",
+        "status": "fail",
+        "severity": "high",
+        "observed": "x" * 500,
+        "expected": list(range(200)),
+    }
     out = render_terminal({"hosts": {"h": {"status": "ok", "findings": [finding]}}})
     line = next(line for line in out.splitlines() if "\u2192" in line)
     assert len(line) < 13 + 2 * 100 + 3 + 1
@@ -127,3 +147,18 @@ def test_hostile_strings_cannot_inject_escapes_or_lines():
 def test_clean():
     assert clean("a\nb\tc\x1b[0m\x7f\u2028") == "a\\nb\\tc\\x1b[0m\\x7f\\u2028"
     assert clean(None) == ""
+
+
+def test_host_without_driver_says_so(sample):
+    report = json.loads(json.dumps(sample))
+    host = report["hosts"]["sg-a100-01"]  # a host with findings gets a detail block
+    host["facts"]["gpu"] = {
+        "nvml": {"available": False, "error": "NVML could not be initialised: DriverNotLoaded"},
+        "driver": {},
+        "gpus": [],
+        "gpu_count": 0,
+    }
+    out = render_terminal(report)
+    assert (
+        "sg-a100-01  (site ap_southeast, no NVIDIA driver found (NVML could not be initialised: DriverNotLoaded)" in out
+    )

@@ -91,8 +91,11 @@ def _gpu_line(host: dict) -> str:
         parts.append(f"site {host['site']}")
     gpus = gpu.get("gpus") if isinstance(gpu.get("gpus"), list) else []
     names = Counter(str(g.get("name") or "unknown GPU") for g in gpus if isinstance(g, dict))
+    nvml = gpu.get("nvml") if isinstance(gpu.get("nvml"), dict) else {}
     if names:
         parts.append(", ".join(f"{n} x {name}" for name, n in names.most_common()))
+    elif nvml.get("available") is False:
+        parts.append(f"no NVIDIA driver found ({clean(nvml.get('error') or 'NVML unavailable')})")
     elif isinstance(gpu.get("gpu_count"), int) and not isinstance(gpu.get("gpu_count"), bool):
         parts.append(f"{gpu['gpu_count']} GPUs")
     driver = gpu.get("driver") if isinstance(gpu.get("driver"), dict) else {}
