@@ -1,0 +1,148 @@
+"""The one-call audit module through real Ansible: measured links, gather subsets, bad input."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufleet.runner import run_playbook
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "sim"))
+import demo  # noqa: E402
+
+pytestmark = pytest.mark.integration
+TASK = "Audit"
+
+PLAYBOOK = """
+- name: Audit module
+  hosts: all
+  gather_facts: false
+  environment: "{{ gpufleet_environment }}"
+  tasks:
+    - name: Audit
+      gpufleet.tuning.audit:
+        policy: "{{ test_policy | default({}) }}"
+        root: "{{ gpufleet_audit_root }}"
+        ethtool_path: "{{ gpufleet_ethtool_path }}"
+        sample_seconds: 0
+        gather: "{{ test_gather | default(['gpu', 'host', 'network']) }}"
+        include_facts: "{{ test_include_facts | default(true) }}"
+        interfaces: "{{ test_interfaces | default(omit) }}"
+"""
+
+
+@pytest.fixture(scope="module")
+def listener():
+    """A TCP listener on loopback standing in for a peer site's SSH port."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    stop = threading.Event()
+
+    def serve():
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+                conn.close()
+            except OSError:
+                continue
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield srv.getsockname()[1]
+    stop.set()
+    t.join(2)
+    srv.close()
+
+
+@pytest.fixture(scope="module")
+def results(sim_lib, tmp_path_factory, listener):
+    tmp = tmp_path_factory.mktemp("audit")
+    built = demo.build(tmp / "fleet")
+    base = yaml.safe_load((REPO / "inventories" / "demo" / "group_vars" / "all.yml").read_text())
+    env_host = "iad-h100-03"
+    common = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "gpufleet_audit_root": str(built[env_host] / "root"),
+        "gpufleet_ethtool_path": str(REPO / "tests/fixtures/ethtool/fake-ethtool"),
+        "gpufleet_environment": {
+            "LD_LIBRARY_PATH": str(sim_lib.parent),
+            "FAKE_NVML_STATE": str(built[env_host] / "nvml.state"),
+            "FAKE_ETHTOOL_DIR": str(built[env_host] / "ethtool"),
+        },
+    }
+    hosts = {
+        "measured": {
+            **common,
+            "test_policy": {
+                "peers": [
+                    {"site": "fra", "host": "127.0.0.1", "port": listener, "bandwidth_gbps": 1},
+                    {"site": "closed", "host": "127.0.0.1", "port": 1},
+                ]
+            },
+        },
+        "declared": {**common, "test_policy": base["gpufleet_policy"] | {"site": "us_east"}},
+        "gpu_only": {**common, "test_gather": ["gpu"], "test_include_facts": False},
+        "bad_policy": {**common, "test_policy": {"memory": {"max_swappiness": "high"}}},
+        "bad_rule": {**common, "test_policy": {"rules": {"NOPE-001": {"enabled": False}}}},
+        "bad_iface": {**common, "test_interfaces": ["eth0;reboot"]},
+    }
+    (tmp / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    (tmp / "play.yml").write_text(PLAYBOOK)
+    return run_playbook(str(tmp / "play.yml"), str(tmp / "hosts.yml")).hosts
+
+
+def _ok(results, name):
+    host = results[name]
+    assert host.status == "ok", host.message
+    return host.results[TASK]
+
+
+def test_measured_links_are_used_and_say_so(results):
+    res = _ok(results, "measured")
+    assert res["links"]["source"] == "measured"
+    [peer] = res["links"]["peers"]
+    assert peer["site"] == "fra" and 0 < peer["rtt_ms"] < 100
+    assert res["links"]["errors"][0]["site"] == "closed"
+    findings = {f["rule"]: f for f in res["findings"]}
+    # A loopback "link" is short: long-link rules skip, the buffer rule uses the measured RTT.
+    assert findings["NET-TCP-002"]["status"] == "skip"
+    assert findings["NET-TCP-001"]["observed"]["link"]["site"] == "fra"
+
+
+def test_declared_links(results):
+    res = _ok(results, "declared")
+    assert res["links"]["source"] == "declared" and res["links"]["site"] == "us_east"
+    assert {p["site"] for p in res["links"]["peers"]} == {"ap_southeast", "eu_west"}
+    assert {f["status"] for f in res["findings"]} <= {"pass", "skip"}
+
+
+def test_gather_subset_skips_the_rest(results):
+    res = _ok(results, "gpu_only")
+    assert res["facts"] == {}
+    findings = {f["rule"]: f for f in res["findings"]}
+    assert findings["GPU-PWR-001"]["status"] == "pass"
+    assert findings["HOST-CPU-001"]["status"] == "skip" and findings["NET-MTU-001"]["status"] == "skip"
+    assert res["summary"]["by_status"]["pass"] + res["summary"]["by_status"]["skip"] == len(res["findings"])
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("bad_policy", "policy.memory.max_swappiness: expected int"),
+        ("bad_rule", "policy.rules.NOPE-001: unknown rule id"),
+        ("bad_iface", "interfaces: invalid interface name 'eth0;reboot'"),
+    ],
+)
+def test_bad_input_fails_clearly(results, name, message):
+    host = results[name]
+    assert host.status == "failed"
+    assert message in host.message and "Traceback" not in host.message
