@@ -1,0 +1,260 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Desired-vs-current GPU settings through NVML: plan every change first, then apply.
+
+Nothing is written until every selected GPU's plan is valid, so a bad value never leaves a host
+half-configured. NVML has no getter for locked clocks: what was applied is recorded in a JSON file
+(``<state_dir>/locked_clocks.json``) so that a second run can tell nothing changed.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import re
+import tempfile
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils.nvml import error_name
+
+COMPUTE_MODES = {"default": 0, "exclusive_process": 3, "prohibited": 2}
+COMPUTE_NAMES = dict((v, k) for k, v in COMPUTE_MODES.items())
+LOCKED_FILE = "locked_clocks.json"
+
+
+class SettingsError(Exception):
+    """A request that cannot be applied; the message names the option."""
+
+
+class NeedsRoot(SettingsError):
+    pass
+
+
+def parse_power_limit(value):
+    """'default' | 'max' | '<watts>' | '<watts>W' | '<percent>%' -> ('default'|'max'|'watts'|'percent', number)."""
+    text = str(value).strip().lower()
+    if text in ("default", "max"):
+        return text, None
+    m = re.match(r"^(\d+(?:\.\d+)?)\s*(%|w)?$", text)
+    if not m:
+        raise SettingsError("power_limit: %r is not valid (use watts like 350, a percent of the default like 90%%, "
+                            "'default' or 'max')" % (value,))
+    number = float(m.group(1))
+    if m.group(2) == "%":
+        if not 0 < number <= 100:
+            raise SettingsError("power_limit: %s%% must be above 0 and at most 100 (percent of the default limit)"
+                                % m.group(1))
+        return "percent", number
+    if number <= 0:
+        raise SettingsError("power_limit: %s W must be above 0" % m.group(1))
+    return "watts", number
+
+
+def select_gpus(nv, selectors):
+    """Handles for 'all', indexes and UUIDs. Raises SettingsError for a GPU that does not exist."""
+    count = int(nv.nvmlDeviceGetCount())
+    chosen = []
+    for sel in selectors or ["all"]:
+        sel = str(sel).strip()
+        if sel == "all":
+            indexes = list(range(count))
+        elif sel.isdigit():
+            if int(sel) >= count:
+                raise SettingsError("gpus: index %s does not exist (this host has %d GPU(s): 0-%d)"
+                                    % (sel, count, count - 1))
+            indexes = [int(sel)]
+        elif re.match(r"^(GPU|MIG)-[0-9a-fA-F-]+$", sel):
+            try:
+                handle = nv.nvmlDeviceGetHandleByUUID(sel)
+                indexes = [int(nv.nvmlDeviceGetIndex(handle))]
+            except nv.NVMLError as exc:
+                raise SettingsError("gpus: no GPU with UUID %s (%s)" % (sel, error_name(exc))) from exc
+        else:
+            raise SettingsError("gpus: %r is not 'all', a GPU index or a GPU UUID" % sel)
+        for i in indexes:
+            if i not in chosen:
+                chosen.append(i)
+    return sorted(chosen)
+
+
+def _read(nv, fn, *args):
+    try:
+        return fn(*args), None
+    except nv.NVMLError as exc:
+        return None, error_name(exc)
+
+
+def load_locked(state_dir):
+    try:
+        with open(os.path.join(state_dir, LOCKED_FILE)) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (IOError, OSError, ValueError):
+        return {}
+
+
+def save_locked(state_dir, data):
+    """Atomic write (temp file + rename) of the locked-clock record."""
+    if not os.path.isdir(state_dir):
+        os.makedirs(state_dir, 0o755)
+    fd, tmp = tempfile.mkstemp(prefix=".locked_clocks.", dir=state_dir)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.rename(tmp, os.path.join(state_dir, LOCKED_FILE))
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def plan_gpu(nv, index, want, locked_record):
+    """Current values, desired values and the NVML calls that take one to the other, for one GPU."""
+    handle = nv.nvmlDeviceGetHandleByIndex(index)
+    uuid = nv.nvmlDeviceGetUUID(handle)
+    uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+    before, after, calls, unsupported = {}, {}, [], {}
+
+    if want.get("persistence_mode") is not None:
+        cur, err = _read(nv, nv.nvmlDeviceGetPersistenceMode, handle)
+        if err:
+            unsupported["persistence_mode"] = err
+        else:
+            before["persistence_mode"] = bool(cur)
+            after["persistence_mode"] = bool(want["persistence_mode"])
+            if before["persistence_mode"] != after["persistence_mode"]:
+                mode = nv.NVML_FEATURE_ENABLED if want["persistence_mode"] else nv.NVML_FEATURE_DISABLED
+                calls.append(("persistence_mode", nv.nvmlDeviceSetPersistenceMode, (handle, mode)))
+
+    if want.get("power_limit") is not None:
+        kind, number = want["power_limit"]
+        cur, err = _read(nv, nv.nvmlDeviceGetPowerManagementLimit, handle)
+        limits, err2 = _read(nv, nv.nvmlDeviceGetPowerManagementLimitConstraints, handle)
+        default, err3 = _read(nv, nv.nvmlDeviceGetPowerManagementDefaultLimit, handle)
+        if err or err2 or err3:
+            unsupported["power_limit"] = err or err2 or err3
+        else:
+            lo, hi = int(limits[0]), int(limits[1])
+            target = {"default": int(default), "max": hi}.get(kind)
+            if kind == "watts":
+                target = int(round(number * 1000))
+            elif kind == "percent":
+                target = int(round(int(default) * number / 100.0))
+            if not lo <= target <= hi:
+                raise SettingsError("power_limit: %s W is outside GPU %d's allowed range %s-%s W"
+                                    % (_w(target), index, _w(lo), _w(hi)))
+            before["power_limit_w"] = _w(cur)
+            after["power_limit_w"] = _w(target)
+            if int(cur) != target:
+                calls.append(("power_limit_w", nv.nvmlDeviceSetPowerManagementLimit, (handle, target)))
+
+    if want.get("compute_mode") is not None:
+        cur, err = _read(nv, nv.nvmlDeviceGetComputeMode, handle)
+        if err:
+            unsupported["compute_mode"] = err
+        else:
+            before["compute_mode"] = COMPUTE_NAMES.get(int(cur), "unknown_%d" % int(cur))
+            after["compute_mode"] = want["compute_mode"]
+            if before["compute_mode"] != after["compute_mode"]:
+                calls.append(("compute_mode", nv.nvmlDeviceSetComputeMode,
+                              (handle, COMPUTE_MODES[want["compute_mode"]])))
+
+    if want.get("application_clocks") is not None:
+        _plan_app_clocks(nv, handle, index, want["application_clocks"], before, after, calls, unsupported)
+
+    if want.get("locked_clocks") is not None:
+        wanted = want["locked_clocks"]
+        current = locked_record.get(uuid) or "none"
+        before["locked_clocks"] = current
+        after["locked_clocks"] = wanted
+        if wanted != current:
+            if wanted == "none":
+                calls.append(("locked_clocks", nv.nvmlDeviceResetGpuLockedClocks, (handle,)))
+            else:
+                max_gr, err = _read(nv, nv.nvmlDeviceGetMaxClockInfo, handle, nv.NVML_CLOCK_GRAPHICS)
+                if err is None and wanted["max_mhz"] > int(max_gr):
+                    raise SettingsError("locked_clocks: max_mhz %d is above GPU %d's maximum graphics clock %d MHz"
+                                        % (wanted["max_mhz"], index, int(max_gr)))
+                calls.append(("locked_clocks", nv.nvmlDeviceSetGpuLockedClocks,
+                              (handle, wanted["min_mhz"], wanted["max_mhz"])))
+
+    for key, getter, setter in (("ecc_mode", nv.nvmlDeviceGetEccMode, nv.nvmlDeviceSetEccMode),
+                                ("mig_mode", nv.nvmlDeviceGetMigMode, nv.nvmlDeviceSetMigMode)):
+        if want.get(key) is None:
+            continue
+        pair, err = _read(nv, getter, handle)
+        if err:
+            unsupported[key] = err
+            continue
+        current, pending = bool(int(pair[0])), bool(int(pair[1]))
+        before[key] = {"current": current, "pending": pending}
+        after[key] = {"current": current, "pending": bool(want[key])}
+        if pending != bool(want[key]):
+            mode = nv.NVML_FEATURE_ENABLED if want[key] else nv.NVML_FEATURE_DISABLED
+            calls.append((key, setter, (handle, mode)))
+    return {"index": index, "uuid": uuid, "before": before, "after": after, "calls": calls,
+            "unsupported": unsupported}
+
+
+def _w(milliwatts):
+    value = int(milliwatts) / 1000.0
+    return int(value) if value == int(value) else value
+
+
+def _plan_app_clocks(nv, handle, index, wanted, before, after, calls, unsupported):
+    mem, err = _read(nv, nv.nvmlDeviceGetApplicationsClock, handle, nv.NVML_CLOCK_MEM)
+    gr, err2 = _read(nv, nv.nvmlDeviceGetApplicationsClock, handle, nv.NVML_CLOCK_GRAPHICS)
+    if err or err2:
+        unsupported["application_clocks"] = err or err2
+        return
+    before["application_clocks"] = {"memory_mhz": int(mem), "graphics_mhz": int(gr)}
+    if wanted == "default":
+        dmem, err = _read(nv, nv.nvmlDeviceGetDefaultApplicationsClock, handle, nv.NVML_CLOCK_MEM)
+        dgr, err2 = _read(nv, nv.nvmlDeviceGetDefaultApplicationsClock, handle, nv.NVML_CLOCK_GRAPHICS)
+        if err or err2:
+            unsupported["application_clocks"] = err or err2
+            return
+        target = {"memory_mhz": int(dmem), "graphics_mhz": int(dgr)}
+        call = ("application_clocks", nv.nvmlDeviceResetApplicationsClocks, (handle,))
+    else:
+        target = dict(wanted)
+        mems, err = _read(nv, nv.nvmlDeviceGetSupportedMemoryClocks, handle)
+        if err is None:
+            if target["memory_mhz"] not in [int(m) for m in mems]:
+                raise SettingsError("application_clocks.memory_mhz: %d is not supported by GPU %d (supported: %s)"
+                                    % (target["memory_mhz"], index, ", ".join(str(int(m)) for m in mems)))
+            grs, err = _read(nv, nv.nvmlDeviceGetSupportedGraphicsClocks, handle, target["memory_mhz"])
+            if err is None and target["graphics_mhz"] not in [int(g) for g in grs]:
+                raise SettingsError("application_clocks.graphics_mhz: %d is not supported by GPU %d at memory %d MHz "
+                                    "(%d-%d MHz in steps)" % (target["graphics_mhz"], index, target["memory_mhz"],
+                                                             min(grs), max(grs)))
+        call = ("application_clocks", nv.nvmlDeviceSetApplicationsClocks,
+                (handle, target["memory_mhz"], target["graphics_mhz"]))
+    after["application_clocks"] = target
+    if target != before["application_clocks"]:
+        calls.append(call)
+
+
+def apply(nv, plans, strict):
+    """Run the planned calls. Returns per-GPU applied/failed lists; raises NeedsRoot on NoPermission."""
+    for plan in plans:
+        plan["applied"] = []
+        for key, fn, args in plan["calls"]:
+            try:
+                fn(*args)
+            except nv.NVMLError as exc:
+                reason = error_name(exc)
+                if reason == "NoPermission":
+                    raise NeedsRoot("GPU %d: setting %s needs root (become: true)" % (plan["index"], key)) from exc
+                if reason == "NotSupported" and not strict:
+                    plan["unsupported"][key] = reason
+                    plan["after"][key] = plan["before"].get(key)
+                    continue
+                raise SettingsError("GPU %d: setting %s failed: %s" % (plan["index"], key, reason)) from exc
+            plan["applied"].append(key)
+    return plans
