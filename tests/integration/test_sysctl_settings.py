@@ -1,0 +1,179 @@
+"""sysctl_settings through real Ansible: against a fixture root (files, who-else-sets-it, TuneD), and inside a
+real network namespace where per-namespace keys change and global ones are reported, not failed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufleet.runner import run_playbook
+
+pytestmark = pytest.mark.integration
+TASK = "Set sysctls"
+
+PLAY = """
+- name: sysctl_settings
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Set sysctls
+      gpufleet.tuning.sysctl_settings:
+        settings: "{{ settings }}"
+        file: "{{ file }}"
+        root: "{{ root | default('/') }}"
+      check_mode: "{{ check | default(false) }}"
+      diff: true
+"""
+
+SETTINGS = {"vm.swappiness": 10, "kernel.numa_balancing": 0, "net.ipv4.tcp_rmem": [4096, 131072, 268435456]}
+
+
+def _root(tmp: Path) -> Path:
+    root = tmp / "root"
+    for key, value in {
+        "vm/swappiness": "60",
+        "kernel/numa_balancing": "1",
+        "net/ipv4/tcp_rmem": "4096\t131072\t6291456",
+    }.items():
+        path = root / "proc/sys" / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(value + "\n")
+    etc = root / "etc/sysctl.d"
+    etc.mkdir(parents=True)
+    (etc / "10-cloud.conf").write_text("vm.swappiness = 30\n")
+    (root / "etc/sysctl.conf").write_text("# distro default\nkernel.numa_balancing=1\n")
+    (etc / "99-sysctl.conf").symlink_to("../sysctl.conf")
+    (root / "etc/tuned/throughput-performance").mkdir(parents=True)
+    (root / "etc/tuned/active_profile").write_text("throughput-performance\n")
+    (root / "etc/tuned/throughput-performance/tuned.conf").write_text(
+        "[main]\nsummary=x\n[sysctl]\nvm.swappiness=10\nnet.ipv4.tcp_rmem=4096 87380 16777216\n"
+    )
+    return root
+
+
+def _run(tmp: Path, hosts: dict, check=False):
+    (tmp / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    (tmp / "play.yml").write_text(PLAY)
+    return run_playbook(
+        str(tmp / "play.yml"), str(tmp / "hosts.yml"), extravars={"check": check} if check else {}
+    ).hosts
+
+
+def test_fixture_root_conflicts_check_then_apply(tmp_path):
+    root = _root(tmp_path)
+    host = {
+        "h": {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "settings": SETTINGS,
+            "file": "/etc/sysctl.d/60-gpufleet.conf",
+            "root": str(root),
+        }
+    }
+    snapshot = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    check = _run(tmp_path, host, check=True)["h"]
+    assert check.status == "ok", check.message
+    res = check.results[TASK]
+    assert res["changed"] is True
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == snapshot  # check mode wrote nothing
+    assert res["others"]["vm.swappiness"] == [{"path": "/etc/sysctl.d/10-cloud.conf", "value": "30"}]
+    # /etc/sysctl.conf (via 99-sysctl.conf and itself) is applied after 60-gpufleet.conf: it wins at boot.
+    assert res["overridden"]["kernel.numa_balancing"]["value"] == "1"
+    assert "vm.swappiness" not in res["overridden"]  # 10-cloud.conf comes before 60-gpufleet.conf
+    assert res["tuned"] == {
+        "profile": "throughput-performance",
+        "conflicts": {"net.ipv4.tcp_rmem": "4096 87380 16777216"},
+    }
+    assert "kernel.numa_balancing = 0" in res["diff"][0]["after"]
+
+    first = _run(tmp_path, host)["h"].results[TASK]
+    assert first["changed"] is True and first["runtime"]["vm.swappiness"] == {
+        "before": "60",
+        "after": "10",
+        "changed": True,
+    }
+    assert (root / "proc/sys/net/ipv4/tcp_rmem").read_text().split() == ["4096", "131072", "268435456"]
+    text = (root / "etc/sysctl.d/60-gpufleet.conf").read_text()
+    assert text.splitlines()[1:] == [
+        "kernel.numa_balancing = 0",
+        "net.ipv4.tcp_rmem = 4096 131072 268435456",
+        "vm.swappiness = 10",
+    ]
+    assert oct((root / "etc/sysctl.d/60-gpufleet.conf").stat().st_mode & 0o777) == "0o644"
+    second = _run(tmp_path, host)["h"].results[TASK]
+    assert second["changed"] is False
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"vm.swappiness;reboot": 1}, "settings: 'vm.swappiness;reboot' is not a sysctl name"),
+        ({"../../etc/passwd": 1}, "is not a sysctl name"),
+        ({"vm.swappiness": {"a": 1}}, "settings.vm.swappiness: value must be a number, a string or a list"),
+    ],
+)
+def test_bad_keys_and_values(tmp_path, settings, message):
+    root = _root(tmp_path)
+    host = {
+        "h": {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "settings": settings,
+            "file": "/etc/sysctl.d/60-gpufleet.conf",
+            "root": str(root),
+        }
+    }
+    res = _run(tmp_path, host)["h"]
+    assert res.status == "failed" and message in res.message and "Traceback" not in res.message
+
+
+@pytest.fixture
+def netns():
+    if not shutil.which("ip"):
+        pytest.skip("iproute2 not installed")
+    name = "gpft-" + uuid.uuid4().hex[:8]
+    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
+        pytest.skip("ip netns add is not permitted here")
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+
+
+def test_inside_a_network_namespace(tmp_path, netns):
+    """Per-namespace keys are set in the namespace only; global ones are reported as 'set on the host'."""
+    host_rmem = Path("/proc/sys/net/ipv4/tcp_rmem").read_text()
+    host_core = Path("/proc/sys/net/core/rmem_max").read_text()
+    wrapper = tmp_path / "python-in-ns"
+    wrapper.write_text(f'#!/bin/sh\nexec ip netns exec {netns} {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    host = {
+        "ns": {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": str(wrapper),
+            "settings": {
+                "net.ipv4.tcp_rmem": "4096 131072 33554432",
+                "net.ipv4.tcp_mtu_probing": 1,
+                "net.core.rmem_max": 33554432,
+            },
+            "file": str(tmp_path / "etc/sysctl.d/61-gpufleet-network.conf"),
+        }
+    }
+    res = _run(tmp_path, host)["ns"]
+    assert res.status == "ok", res.message
+    out = res.results[TASK]
+    assert out["runtime"]["net.ipv4.tcp_rmem"]["after"] == "4096 131072 33554432"
+    assert "must be set on the host" in out["not_settable"]["net.core.rmem_max"]
+    inside = subprocess.run(
+        ["ip", "netns", "exec", netns, "cat", "/proc/sys/net/ipv4/tcp_rmem"], capture_output=True, text=True
+    ).stdout
+    assert inside.split() == ["4096", "131072", "33554432"]
+    assert Path("/proc/sys/net/ipv4/tcp_rmem").read_text() == host_rmem  # the host is untouched
+    assert Path("/proc/sys/net/core/rmem_max").read_text() == host_core
+    assert "net.core.rmem_max = 33554432" in (tmp_path / "etc/sysctl.d/61-gpufleet-network.conf").read_text()
