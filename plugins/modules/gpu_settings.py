@@ -23,7 +23,7 @@ description:
   - NVML has no getter for locked clocks; what this module applied is recorded in C(state_dir)/locked_clocks.json
     so a second run knows nothing changed. Locks set by other tools are not seen.
 author:
-  - gpufleet team
+  - gpufleet team (!UNKNOWN)
 options:
   gpus:
     description: GPUs to configure; C(all), NVML indexes (C("0")) or UUIDs (C(GPU-...)).
@@ -67,7 +67,12 @@ options:
   nvml_library:
     description: Path of C(libnvidia-ml.so.1) when the driver is outside the loader's search path.
     type: path
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    support: full
   check_mode:
     support: full
   diff_mode:
@@ -115,7 +120,7 @@ gpus:
     uuid: {description: GPU UUID., type: str}
     before: {description: Current values of the requested settings., type: dict}
     after: {description: Values after the run (or that a run would set in check mode)., type: dict}
-    changed: {description: Settings that differ (changed, or would change in check mode)., type: list}
+    changed: {description: "Settings that differ (changed, or would change in check mode).", type: list}
     unsupported: {description: Setting to NVML reason for settings this GPU does not support., type: dict}
 reboot_required:
   description: A pending ECC or MIG mode differs from the current one.
@@ -127,7 +132,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_settings as gs
-from ansible_collections.gpufleet.tuning.plugins.module_utils import nvml
+from ansible_collections.gpufleet.tuning.plugins.module_utils import nvml, rollback
 
 
 def _clock_pair(module, name, value, keys):
@@ -201,10 +206,12 @@ def main():
             strict=dict(type="bool", default=False),
             state_dir=dict(type="path", default="/var/lib/gpufleet"),
             nvml_library=dict(type="path"),
+            **rollback.ARGUMENT_SPEC,
         ),
         supports_check_mode=True,
     )
     p = module.params
+    rollback.check_params(module)
     want = _wanted(module)
 
     try:
@@ -236,6 +243,15 @@ def main():
                     )
         changed = any(plan["calls"] for plan in plans)
         if changed and not module.check_mode:
+            entries = []
+            for plan in plans:
+                for key, _fn, _args in plan["calls"]:
+                    value = plan["before"].get(key)
+                    if key in ("ecc_mode", "mig_mode"):
+                        value = value["pending"]
+                    entries.append({"kind": "gpu", "uuid": plan["uuid"], "setting": key, "value": value,
+                                    "state_dir": p["state_dir"]})
+            rollback.record_for(module, entries)
             gs.apply(nv, plans, p["strict"])
             if want["locked_clocks"] is not None:
                 for plan in plans:

@@ -66,6 +66,8 @@ options:
   ethtool_path:
     description: Path of ethtool; searched in C(PATH) by default.
     type: path
+extends_documentation_fragment:
+  - gpufleet.tuning.rollback
 attributes:
   check_mode:
     support: full
@@ -97,7 +99,7 @@ persisted:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import nic, nic_settings
+from ansible_collections.gpufleet.tuning.plugins.module_utils import nic, nic_settings, rollback
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 from ansible_collections.gpufleet.tuning.plugins.module_utils.sysctl import write_atomic
 
@@ -166,10 +168,12 @@ def main():
             udev_dir=dict(type="path", default="/etc/udev/rules.d"),
             strict=dict(type="bool", default=False),
             ethtool_path=dict(type="path"),
+            **rollback.ARGUMENT_SPEC,
         ),
         supports_check_mode=True,
     )
     _validate(module)
+    rollback.check_params(module)
     p = module.params
     name = p["name"]
     fs = HostFS("/")
@@ -205,6 +209,8 @@ def main():
         if tool == "ip" and not ip_bin:
             module.fail_json(msg="ip (iproute2) is needed to change the MTU but was not found")
 
+    rollback.record_for(module, [{"kind": "nic", "name": name, "field": field, "value": before.get(field)}
+                                 for field, _argv, _tool in steps])
     commands = []
     for field, argv, tool in steps:
         full = [ethtool_bin if tool == "ethtool" else ip_bin] + argv
@@ -245,6 +251,7 @@ def main():
             persisted["changed"] = old != text
             persisted["diff"] = {"before_header": path, "after_header": path, "before": old or "", "after": text}
             if persisted["changed"] and not module.check_mode:
+                rollback.record_for(module, [{"kind": "file", "path": path, "content": old}])
                 write_atomic(path, text)
         changed = changed or persisted["changed"]
 

@@ -21,10 +21,10 @@ description:
   - Inside a network namespace or container some keys are global or read-only (C(net.core.rmem_max)); those are
     written to the file but reported under C(not_settable) with "must be set on the host" instead of failing.
 author:
-  - gpufleet team
+  - gpufleet team (!UNKNOWN)
 options:
   settings:
-    description: Kernel parameters and values, e.g. C({net.ipv4.tcp_rmem: "4096 131072 268435456"}).
+    description: 'Kernel parameters and values, e.g. C({net.ipv4.tcp_rmem: "4096 131072 268435456"}).'
     type: dict
     required: true
   file:
@@ -43,7 +43,12 @@ options:
     description: Comment written at the top of the file.
     type: str
     default: "Managed by gpufleet (gpufleet.tuning). Local changes will be overwritten."
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    support: full
   check_mode:
     support: full
   diff_mode:
@@ -97,7 +102,7 @@ tuned:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import sysctl
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback, sysctl
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 DEFAULT_HEADER = "Managed by gpufleet (gpufleet.tuning). Local changes will be overwritten."
@@ -111,6 +116,7 @@ def main():
             apply=dict(type="bool", default=True),
             root=dict(type="path", default="/"),
             header=dict(type="str", default=DEFAULT_HEADER),
+            **rollback.ARGUMENT_SPEC,
         ),
         supports_check_mode=True,
     )
@@ -159,6 +165,9 @@ def main():
             "a TuneD profile or stop TuneD" % (tuned["profile"], ", ".join(sorted(tuned["conflicts"])))
         )
 
+    rollback.check_params(module)
+    if file_changed:
+        rollback.record_for(module, [{"kind": "file", "path": fs.path(own), "content": current_text}])
     runtime, not_settable = {}, {}
     for key in sorted(settings):
         before, reason = sysctl.read_runtime(fs, key)
@@ -168,12 +177,13 @@ def main():
         elif p["apply"] and before != settings[key]:
             entry["changed"] = True
             if not module.check_mode:
+                rollback.record_for(module, [{"kind": "sysctl", "key": key, "value": before, "root": p["root"]}])
                 failure = sysctl.write_runtime(fs, key, settings[key])
                 if failure is not None:
                     not_settable[key] = failure
                     entry.update(after=before, changed=False)
                 else:
-                    now, _ = sysctl.read_runtime(fs, key)
+                    now, _error = sysctl.read_runtime(fs, key)
                     entry["after"] = now
         runtime[key] = entry
 

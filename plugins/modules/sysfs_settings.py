@@ -34,6 +34,8 @@ options:
     description: Root of the file system (a mounted image or test tree).
     type: path
     default: /
+extends_documentation_fragment:
+  - gpufleet.tuning.rollback
 attributes:
   check_mode:
     support: full
@@ -71,6 +73,7 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 from ansible_collections.gpufleet.tuning.plugins.module_utils.sysctl import write_atomic
 
@@ -91,6 +94,7 @@ def main():
             settings=dict(type="dict", required=True),
             config_file=dict(type="path", default="/etc/gpufleet/sysfs.json"),
             root=dict(type="path", default="/"),
+            **rollback.ARGUMENT_SPEC,
         ),
         supports_check_mode=True,
     )
@@ -108,6 +112,7 @@ def main():
             module.fail_json(msg="settings.%s: value must be a single word, got %r" % (pattern, value))
         settings[pattern] = str(value)
 
+    rollback.check_params(module)
     fs = HostFS(p["root"])
     files, not_settable, unmatched = {}, {}, []
     for pattern, value in sorted(settings.items()):
@@ -119,9 +124,10 @@ def main():
             before = current_value(fs.read(path))
             entry = {"before": before, "after": value, "changed": before != value}
             if entry["changed"] and not module.check_mode:
+                rollback.record_for(module, [{"kind": "sysfs", "path": fs.path(path), "value": before}])
                 try:
                     with open(fs.path(path), "w") as f:
-                        f.write(value)
+                        f.write(value + "\n")
                 except (IOError, OSError) as exc:
                     reason = os.strerror(exc.errno) if exc.errno else str(exc)
                     if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
@@ -135,6 +141,8 @@ def main():
         text = json.dumps({"settings": settings}, indent=2, sort_keys=True) + "\n"
         config_changed = fs.read(p["config_file"]) != text
         if config_changed and not module.check_mode:
+            rollback.record_for(module, [{"kind": "file", "path": fs.path(p["config_file"]),
+                                          "content": fs.read(p["config_file"])}])
             try:
                 write_atomic(fs.path(p["config_file"]), text)
             except (IOError, OSError) as exc:

@@ -1,0 +1,99 @@
+"""playbooks/remediate.yml then playbooks/rollback.yml on a simulated host (fake GPUs, fixture host root, paths
+under a temp dir): remediation fixes and records prior values; rollback restores GPU state, sysctl runtime
+values and files exactly; a second rollback changes nothing."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufleet.runner import run_playbook
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "sim" / "host"))
+import mkroot  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+def _snapshot(root: Path, state: Path) -> dict:
+    files = {str(p): p.read_bytes() for p in root.rglob("*") if p.is_file() and not p.is_symlink()}
+    files["nvml"] = state.read_bytes()
+    return files
+
+
+def test_remediate_then_rollback(tmp_path, profiles, sim_lib):
+    state = tmp_path / "nvml.state"
+    profiles.write_state(
+        state,
+        profiles.build_state(
+            "a100",
+            gpus=2,
+            driver="550",
+            overrides=[
+                "gpu.*.persistence_mode=0",
+                "gpu.*.power_limit_mw=250000",
+                "gpu.*.enforced_power_limit_mw=250000",
+            ],
+        ),
+    )
+    root = mkroot.build_root(tmp_path / "root", {"swappiness": 60, "numa_balancing": 1, "governor": "powersave"})
+    host = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "gpufleet_become": False,
+        "gpufleet_environment": {"LD_LIBRARY_PATH": str(sim_lib.parent), "FAKE_NVML_STATE": str(state)},
+        "host_tuning_root": str(root),
+        "host_tuning_host_mem_004_enabled": False,
+        "network_tuning_enabled": False,
+        "gpu_runtime_config_file": str(tmp_path / "etc/gpu-runtime.json"),
+        "gpu_runtime_apply_script": str(tmp_path / "libexec/gpufleet-gpu-apply"),
+        "gpu_runtime_unit_dir": str(tmp_path / "units"),
+        "gpu_runtime_state_dir": str(tmp_path / "var"),
+        "gpufleet_rollback_dir": str(tmp_path / "rollback"),
+    }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"h": host}}}))
+    before = _snapshot(root, state)
+    extra = {"gpufleet_run_id": "run-1"}
+    # The rollback directory is a module default for every remediation module; point it at the temp dir.
+    play = (
+        (REPO / "playbooks" / "remediate.yml")
+        .read_text()
+        .replace(
+            'rollback_run_id: "{{ gpufleet_run_id }}"',
+            'rollback_run_id: "{{ gpufleet_run_id }}"\n      rollback_dir: "{{ gpufleet_rollback_dir }}"',
+        )
+    )
+    (tmp_path / "remediate.yml").write_text(play)
+    res = run_playbook(str(tmp_path / "remediate.yml"), str(tmp_path / "hosts.yml"), extravars=extra)
+    assert res.hosts["h"].status == "ok", res.hosts["h"].message
+    after = profiles.read_state(state)
+    assert after["gpu.0.persistence_mode"] == "1" and after["gpu.0.power_limit_mw"] == "400000"
+    assert (root / "proc/sys/vm/swappiness").read_text().strip() == "10"
+    record = json.loads((tmp_path / "rollback/run-1.json").read_text())
+    kinds = {(e["kind"], e.get("setting") or e.get("key") or Path(e.get("path", "")).name) for e in record["entries"]}
+    assert ("gpu", "power_limit_w") in kinds and ("sysctl", "vm.swappiness") in kinds
+    assert ("file", "60-gpufleet.conf") in kinds and ("file", "gpu-runtime.json") in kinds
+    assert (tmp_path / "etc/gpu-runtime.json").exists()
+
+    old_line = "run_id: \"{{ gpufleet_rollback_run | default('latest') }}\""
+    new_line = old_line + '\n        rollback_dir: "{{ gpufleet_rollback_dir }}"'
+    rb = (REPO / "playbooks" / "rollback.yml").read_text().replace(old_line, new_line)
+    (tmp_path / "rollback.yml").write_text(rb)
+    res = run_playbook(str(tmp_path / "rollback.yml"), str(tmp_path / "hosts.yml"))
+    assert res.hosts["h"].status == "ok", res.hosts["h"].message
+    out = res.hosts["h"].results["Restore the values recorded before the run"]
+    assert out["changed"] is True and out["run_id"] == "run-1"
+    now = _snapshot(root, state)
+    changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+    assert changed == [], changed
+    # Files the run created outside the root are gone again (the boot unit would otherwise re-apply the settings).
+    assert not (tmp_path / "etc/gpu-runtime.json").exists()
+    assert not (tmp_path / "libexec/gpufleet-gpu-apply").exists()
+
+    again = run_playbook(str(tmp_path / "rollback.yml"), str(tmp_path / "hosts.yml"))
+    assert again.hosts["h"].results["Restore the values recorded before the run"]["changed"] is False
