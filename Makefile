@@ -7,7 +7,7 @@ SIM_DIR := build/sim
 SIM_LIB := $(SIM_DIR)/libnvidia-ml.so.1
 INVENTORY ?= inventories/local/hosts.yml
 
-.PHONY: audit demo test sim lint unit integration deps-base deps-test venv clean docs
+.PHONY: audit demo test sim lint sanity quality collection ee-context unit integration deps-base deps-test venv clean docs
 
 audit: deps-base $(VENV)/.installed
 	$(BIN)/gpufleet audit -i $(INVENTORY)
@@ -21,8 +21,21 @@ demo: deps-test $(VENV)/.installed-test sim
 docs: $(VENV)/.installed-test
 	$(BIN)/python scripts/gen-readme-tables.py
 
-test: deps-test $(VENV)/.installed-test sim lint
+test: deps-test $(VENV)/.installed-test sim quality
 	$(BIN)/pytest -q tests
+
+# Collection quality gates: ruff, ansible-lint (production profile), ansible-test sanity (--local, no Docker).
+quality: lint sanity
+
+sanity: $(VENV)/.installed-test
+	scripts/sanity.sh
+
+# The Galaxy tarball (build/gpufleet-tuning-<version>.tar.gz) and the execution-environment build context.
+collection: $(VENV)/.installed-test
+	$(BIN)/ansible-galaxy collection build --force --output-path build .
+
+ee-context: collection
+	$(BIN)/ansible-builder create -f execution-environment.yml -c build/ee
 
 deps-base:
 	scripts/install-deps.sh base

@@ -14,7 +14,7 @@ options:
     description:
       - When set, the prior value of everything the module changes is recorded in
         C(rollback_dir)/<run id>.json before the change, for M(gpufleet.tuning.rollback).
-      - Letters, digits, C(_ . : -); the remediation playbook sets one per run.
+      - "Letters, digits, C(_ . : -); the remediation playbook sets one per run."
     type: str
   rollback_dir:
     description: Where rollback records are kept.

@@ -232,7 +232,7 @@ def _plan_app_clocks(nv, handle, index, wanted, before, after, calls, unsupporte
             if err is None and target["graphics_mhz"] not in [int(g) for g in grs]:
                 raise SettingsError("application_clocks.graphics_mhz: %d is not supported by GPU %d at memory %d MHz "
                                     "(%d-%d MHz in steps)" % (target["graphics_mhz"], index, target["memory_mhz"],
-                                                             min(grs), max(grs)))
+                                                              min(grs), max(grs)))
         call = ("application_clocks", nv.nvmlDeviceSetApplicationsClocks,
                 (handle, target["memory_mhz"], target["graphics_mhz"]))
     after["application_clocks"] = target

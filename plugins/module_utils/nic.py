@@ -119,7 +119,7 @@ def _split_field(line):
 def _json_objects(text, pairs=False):
     """The list of objects ethtool --json prints (``[ {...} ]``). With ``pairs``, each object is a list
     of (key, value) in output order, duplicates kept."""
-    hook = (lambda items: list(items)) if pairs else None
+    hook = list if pairs else None
     try:
         data = json.loads(text, object_pairs_hook=hook)
     except ValueError as exc:
@@ -323,7 +323,7 @@ CHANNEL_KEYS = (("RX", "rx"), ("TX", "tx"), ("Other", "other"), ("Combined", "co
 
 def parse_channels_text(text):
     """``ethtool -l`` -> {rx, tx, other, combined, rx_max, tx_max, other_max, combined_max}."""
-    maxima, current = _two_section_counts(text, [k for k, _ in CHANNEL_KEYS], "Channel parameters for")
+    maxima, current = _two_section_counts(text, [k for k, _ours in CHANNEL_KEYS], "Channel parameters for")
     out = {}
     for theirs, ours in CHANNEL_KEYS:
         out[ours] = current.get(theirs)
@@ -689,7 +689,7 @@ def measure_rtt(peers, timeout=3.0, attempts=3):
             continue
         family, socktype, proto, _canon, address = infos[0]
         times, last_error = [], None
-        for _ in range(max(1, int(attempts))):
+        for _attempt in range(max(1, int(attempts))):
             sock = socket.socket(family, socktype, proto)
             sock.settimeout(timeout)
             start = time.monotonic()

@@ -114,7 +114,7 @@ def _sysfs_bus_id(pci_bus_id):
     """NVML "00000000:18:00.0" -> sysfs "0000:18:00.0" (lower case, 4-digit domain)."""
     if not pci_bus_id:
         return None
-    domain, _, rest = pci_bus_id.lower().partition(":")
+    domain, _sep, rest = pci_bus_id.lower().partition(":")
     return "%s:%s" % (domain[-4:].rjust(4, "0"), rest)
 
 

@@ -24,8 +24,10 @@ STATUSES = ("pass", "fail", "warn", "skip", "error")
 
 class Rule:
     def __init__(self, rule_id, area, severity, title, rationale, check, role=None, manual=None):
-        assert area in AREAS, area
-        assert severity in SEVERITIES, severity
+        if area not in AREAS:
+            raise ValueError("unknown area %r" % (area,))
+        if severity not in SEVERITIES:
+            raise ValueError("unknown severity %r" % (severity,))
         self.id = rule_id
         self.area = area
         self.severity = severity
@@ -478,7 +480,7 @@ def _per_gpu(facts, predicate, describe, expected, ok_message, bad_message):
     if not known:
         return skip("the GPUs do not report this")
     bad = [g for g, v in known if v]
-    observed = {str(g["index"]): describe(g) for g, _ in known}
+    observed = {str(g["index"]): describe(g) for g, _value in known}
     if bad:
         return result("fail", observed, expected, "GPU(s) %s: %s" % (_indexes(bad), bad_message),
                       items=[dict(gpu=g["index"], **_as_dict(describe(g))) for g in bad])

@@ -52,7 +52,7 @@ def parse_conf(text):
             continue
         if "=" not in line:
             continue
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         key = key.strip().lstrip("-").replace("/", ".")
         out[key] = normalize(value)
     return out
@@ -100,7 +100,7 @@ def tuned_profile(fs):
             if line.startswith("[") and line.endswith("]"):
                 section = line[1:-1]
             elif section == "sysctl" and "=" in line and not line.startswith("#"):
-                key, _, value = line.partition("=")
+                key, _sep, value = line.partition("=")
                 values[key.strip()] = normalize(value)
         break
     return {"profile": name, "sysctl": values}

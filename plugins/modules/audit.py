@@ -16,11 +16,11 @@ description:
   - Reads everything M(gpufleet.tuning.gpu_info), M(gpufleet.tuning.host_info) and M(gpufleet.tuning.nic_info)
     read, resolves the host's long-haul links (declared per site in the policy, or measured by timing TCP
     connects to named peers), and evaluates every rule of the catalog on the target.
-  - One call per host: on links with 150-250 ms of latency the audit costs one round trip, not one per setting.
+  - "One call per host: on links with 150-250 ms of latency the audit costs one round trip, not one per setting."
   - Returns facts, findings (one per rule, with status pass, fail, warn, skip or error), counts, and the
     effective policy. It never changes anything.
 author:
-  - gpufleet team
+  - gpufleet team (!UNKNOWN)
 options:
   policy:
     description:
@@ -86,7 +86,12 @@ options:
   nvidia_smi_path:
     description: Path of C(nvidia-smi) for the fallback backend.
     type: path
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    support: full
   check_mode:
     support: full
     details: The module only reads.
@@ -158,14 +163,14 @@ findings:
   elements: dict
   contains:
     rule: {description: Rule id., type: str, sample: GPU-PWR-001}
-    status: {description: pass, fail, warn, skip or error., type: str}
-    severity: {description: critical, high, medium, low or info., type: str}
-    area: {description: memory, cpu, network, power, software or health., type: str}
+    status: {description: "pass, fail, warn, skip or error.", type: str}
+    severity: {description: "critical, high, medium, low or info.", type: str}
+    area: {description: "memory, cpu, network, power, software or health.", type: str}
     title: {description: What the rule checks., type: str}
     observed: {description: What was found., type: raw}
     expected: {description: What the policy wants., type: raw}
     message: {description: One line for people., type: str}
-    fix: {description: C(role) and C(tag) that fix it, or C(manual) advice., type: dict}
+    fix: {description: "C(role) and C(tag) that fix it, or C(manual) advice.", type: dict}
     items: {description: Per-GPU or per-NIC details of a failure., type: list}
 summary:
   description: Counts C(by_status), and C(by_severity) and C(by_area) of failing and warning findings.

@@ -20,7 +20,7 @@ description:
   - Runs on the controller (use C(run_once) and C(delegate_to=localhost)); unreachable and failed hosts are
     reported as such.
 author:
-  - gpufleet team
+  - gpufleet team (!UNKNOWN)
 options:
   out_dir:
     description: Directory that receives one sub-directory per run and the C(latest) link.
@@ -45,7 +45,12 @@ options:
   stamp:
     description: Name of the run directory; by default the UTC time C(YYYYmmddTHHMMSSZ).
     type: str
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    support: full
   check_mode:
     support: full
     details: Reports are written in check mode too; they change nothing on the hosts.
@@ -63,9 +68,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 report_dir: {description: The run's report directory., returned: success, type: str}
-files: {description: Paths of report.json, report.html, junit.xml and gpufleet.prom., returned: success, type: dict}
+files: {description: "Paths of report.json, report.html, junit.xml and gpufleet.prom.", returned: success, type: dict}
 summary: {description: Counts of hosts and findings., returned: success, type: dict}
-worst_severity: {description: Worst severity among failing findings, or null., returned: success, type: str}
+worst_severity: {description: "Worst severity among failing findings, or null.", returned: success, type: str}
 failing: {description: Host name to the rule ids that fail or warn., returned: success, type: dict}
 """
-

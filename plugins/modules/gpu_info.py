@@ -25,7 +25,7 @@ description:
     for the fields it offers (C(source=nvidia-smi)).
   - This module never changes anything.
 author:
-  - gpufleet team
+  - gpufleet team (!UNKNOWN)
 options:
   backend:
     description:
@@ -49,7 +49,12 @@ options:
       - Useful to inspect a mounted image; NVML always reports the running host.
     type: path
     default: /
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    support: full
   check_mode:
     support: full
     details: The module only reads.
@@ -158,7 +163,7 @@ gpus:
     uuid: {description: GPU UUID., type: str}
     pci_bus_id: {description: PCI bus id as NVML reports it., type: str, sample: "00000000:18:00.0"}
     pci_device_id: {description: Combined PCI device and vendor id., type: str, sample: "0x233010DE"}
-    architecture: {description: Architecture name (ampere, ada, hopper, ...)., type: str}
+    architecture: {description: "Architecture name (ampere, ada, hopper, ...).", type: str}
     memory:
       description: Frame buffer memory in MiB (C(total_mib), C(used_mib), C(free_mib)) and C(used_pct).
       type: dict
@@ -192,14 +197,14 @@ gpus:
       description: >-
         C(mask) (hex), C(active) reason names, and C(throttling), the subset that means power or thermal throttling.
       type: dict
-    temperature: {description: C(gpu) now and the C(slowdown), C(shutdown), C(gpu_max) thresholds., type: dict}
-    pcie: {description: C(gen_current), C(width_current), C(gen_max), C(width_max)., type: dict}
-    compute_mode: {description: default, exclusive_process or prohibited., type: str}
+    temperature: {description: "C(gpu) now and the C(slowdown), C(shutdown), C(gpu_max) thresholds.", type: dict}
+    pcie: {description: "C(gen_current), C(width_current), C(gen_max), C(width_max).", type: dict}
+    compute_mode: {description: "default, exclusive_process or prohibited.", type: str}
     mig: {description: MIG mode C(current) and C(pending)., type: dict}
     nvlink: {description: NVLink links C(up) of C(total)., type: dict}
     cpu_affinity: {description: CPUs close to the GPU in cpulist form., type: str, sample: "0-55,112-167"}
     numa_node: {description: NUMA node of the GPU., type: int}
-    processes: {description: Compute processes, C(pid) and C(used_memory_mib)., type: list}
+    processes: {description: "Compute processes, C(pid) and C(used_memory_mib).", type: list}
     lost: {description: The GPU fell off the bus (NVML GpuIsLost)., type: bool}
     unsupported: {description: Dotted field name to the reason it is null., type: dict}
     source: {description: Where the values came from (pynvml or nvidia-smi)., type: str}

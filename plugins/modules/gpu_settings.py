@@ -69,6 +69,7 @@ options:
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.tuning.rollback
 attributes:
   platform:
     platforms: posix

@@ -23,7 +23,7 @@ description:
     An unreadable kernel log is reported in C(host.kernel_log.error); it never fails the module.
   - This module never changes anything.
 author:
-  - gpufleet team
+  - gpufleet team (!UNKNOWN)
 options:
   root:
     description:
@@ -66,7 +66,12 @@ options:
       - V(0) means no time limit.
     type: int
     default: 24
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    support: full
   check_mode:
     support: full
     details: The module only reads.
@@ -77,7 +82,7 @@ notes:
   - Memory is in MiB unless a key says otherwise, frequencies in MHz, swap rates in pages per second.
   - C(memlock.process_*) are the limits of the module's own process (the Ansible connection's session), which
     is a fair stand-in for a job started the same way, not for services started by systemd.
-  - Reading C(dmesg) needs root where C(kernel.dmesg_restrict=1); use O(become=true) on such hosts.
+  - Reading C(dmesg) needs root where C(kernel.dmesg_restrict=1); use C(become=true) on such hosts.
 seealso:
   - name: NVIDIA Xid errors
     description: NVIDIA's catalog of Xid codes.

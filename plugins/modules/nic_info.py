@@ -30,7 +30,7 @@ description:
     measured rather than declared.
   - This module never changes anything.
 author:
-  - gpufleet team
+  - gpufleet team (!UNKNOWN)
 options:
   interfaces:
     description:
@@ -75,7 +75,12 @@ options:
       - Seconds to wait for each connect attempt.
     type: float
     default: 3
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    support: full
   check_mode:
     support: full
     details: The module only reads.
@@ -139,9 +144,9 @@ network:
         speed_mbps: {description: Link speed in Mb/s (null when down or unknown)., type: int, sample: 200000}
         duplex: {description: full or half., type: str}
         mtu: {description: MTU in bytes., type: int, sample: 9000}
-        operstate: {description: Operational state (up, down, ...)., type: str}
+        operstate: {description: "Operational state (up, down, ...).", type: str}
         numa_node: {description: NUMA node of the device (null for none or -1)., type: int}
-        physical: {description: Backed by a device (not lo, a bridge or a veth)., type: bool}
+        physical: {description: "Backed by a device (not lo, a bridge or a veth).", type: bool}
         rings:
           description: Ring sizes C(rx), C(tx) and their maxima C(rx_max), C(tx_max).
           type: dict

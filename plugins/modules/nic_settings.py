@@ -21,7 +21,7 @@ description:
   - A value the driver does not support (rings or coalescing on veth, a fixed feature) is reported under
     C(unsupported), not failed, unless C(strict).
 author:
-  - gpufleet team
+  - gpufleet team (!UNKNOWN)
 options:
   name:
     description: Interface name (1-15 characters of letters, digits, C(_ . @ -)).
@@ -67,8 +67,12 @@ options:
     description: Path of ethtool; searched in C(PATH) by default.
     type: path
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - gpufleet.tuning.rollback
 attributes:
+  platform:
+    platforms: posix
+    support: full
   check_mode:
     support: full
   diff_mode:
@@ -86,12 +90,24 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-before: {description: Current values of the requested settings., returned: always, type: dict}
-after: {description: Values after the run (or that a run would set in check mode)., returned: always, type: dict}
-commands: {description: Commands run (or that would run in check mode)., returned: always, type: list}
-unsupported: {description: Settings the NIC cannot change here, with the reason., returned: always, type: dict}
+before:
+  description: Current values of the requested settings.
+  returned: always
+  type: dict
+after:
+  description: Values after the run (or that a run would set in check mode).
+  returned: always
+  type: dict
+commands:
+  description: Commands run (or that would run in check mode).
+  returned: always
+  type: list
+unsupported:
+  description: Settings the NIC cannot change here, with the reason.
+  returned: always
+  type: dict
 persisted:
-  description: C(method) (networkmanager, link, udev or none), C(path) or connection, and whether it C(changed).
+  description: C(method) (networkmanager, link, udev or none), C(path), and whether it C(changed).
   returned: always
   type: dict
 """
@@ -145,7 +161,7 @@ def _detect(module, name, requested):
         return requested
     nmcli = module.get_bin_path("nmcli")
     if nmcli and os.path.isdir("/run/NetworkManager"):
-        rc, out, _ = module.run_command([nmcli, "-g", "GENERAL.STATE", "device", "show", name])
+        rc, out, _err = module.run_command([nmcli, "-g", "GENERAL.STATE", "device", "show", name])
         if rc == 0 and "unmanaged" not in out:
             return "networkmanager"
     if os.path.isdir("/run/systemd/system") and os.path.isdir("/run/udev"):

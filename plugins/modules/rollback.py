@@ -20,7 +20,7 @@ description:
   - Only what differs is changed, so a second rollback changes nothing. ECC and MIG modes go back to their prior
     pending mode and need a reboot, as when they were changed.
 author:
-  - gpufleet team
+  - gpufleet team (!UNKNOWN)
 options:
   run_id:
     description: The run to roll back; C(latest) is the newest record on the host.
@@ -36,7 +36,12 @@ options:
   ethtool_path:
     description: Path of ethtool; searched in C(PATH) by default.
     type: path
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    support: full
   check_mode:
     support: full
   diff_mode:
@@ -55,9 +60,18 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-run_id: {description: The run that was rolled back., returned: success, type: str}
-restored: {description: What was (or in check mode would be) put back., returned: success, type: list}
-unchanged: {description: Entries already at their prior value., returned: success, type: list}
+run_id:
+  description: The run that was rolled back.
+  returned: success
+  type: str
+restored:
+  description: What was (or in check mode would be) put back.
+  returned: success
+  type: list
+unchanged:
+  description: Entries already at their prior value.
+  returned: success
+  type: list
 """
 
 import json

@@ -17,17 +17,21 @@ description:
     M(gpufleet.tuning.rollback) can restore the old content, or remove a file the run created.
   - Records only the first state of each file in a run. Changes nothing on the host except the rollback record;
     returns C(changed=false). Does nothing without C(rollback_run_id) or in check mode.
-extends_documentation_fragment:
-  - gpufleet.tuning.rollback
 author:
-  - gpufleet team
+  - gpufleet team (!UNKNOWN)
 options:
   paths:
     description: Absolute paths of the files about to be written.
     type: list
     elements: path
     required: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - gpufleet.tuning.rollback
 attributes:
+  platform:
+    platforms: posix
+    support: full
   check_mode:
     support: full
   diff_mode:

@@ -19,7 +19,7 @@ description:
     M(gpufleet.tuning.host_tuning) role re-applies them; sysfs values do not survive a reboot.
   - A file that cannot be written here (read-only C(/sys) in a container) is reported under C(not_settable).
 author:
-  - gpufleet team
+  - gpufleet team (!UNKNOWN)
 options:
   settings:
     description:
@@ -35,8 +35,12 @@ options:
     type: path
     default: /
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - gpufleet.tuning.rollback
 attributes:
+  platform:
+    platforms: posix
+    support: full
   check_mode:
     support: full
   diff_mode:
