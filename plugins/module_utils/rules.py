@@ -728,16 +728,16 @@ def check_fabricmanager(facts, pol):
 # ---------------------------------------------------------------------------------------------- catalog
 
 _SWAP_FIX = "Leave GPU memory headroom (smaller batch or model shards) and stop host swapping: lower " \
-            "vm.swappiness, add RAM or move co-located jobs."
+            "vm.swappiness (role host_tuning, tag HOST-MEM-002), add RAM or move co-located jobs."
 
 RULES = (
     Rule("GPU-MEM-001", "memory", "critical", "GPU memory nearly full while the host swaps",
          "When GPU memory is nearly full, frameworks spill to pinned host memory; if the host is swapping at the "
          "same time those spills go to disk and training or inference slows by orders of magnitude.",
-         check_gpu_memory_full_and_swapping, role="host_tuning", manual=_SWAP_FIX),
+         check_gpu_memory_full_and_swapping, manual=_SWAP_FIX),
     Rule("HOST-MEM-001", "memory", "high", "Host is swapping",
          "A GPU server that swaps stalls data loaders and CUDA host allocations; the GPUs wait for the disk.",
-         check_swap_activity, role="host_tuning", manual=_SWAP_FIX),
+         check_swap_activity, manual=_SWAP_FIX),
     Rule("HOST-MEM-002", "memory", "medium", "vm.swappiness too high",
          "A high swappiness lets the kernel swap out data-loader memory to keep page cache, which causes stalls "
          "under memory pressure.", check_swappiness, role="host_tuning"),

@@ -144,25 +144,31 @@ def _exit_code(report: dict[str, Any], fail_on: str) -> int:
     return EXIT_OK
 
 
-def cmd_audit(args: argparse.Namespace) -> int:
+def _prepare(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[str]]:
+    """Report directory writable, policy file and every host's policy valid: before any host is touched."""
     paths.import_collection()
-    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import terminal, writer
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
 
-    from gpufleet.runner import run_playbook
-
-    out = Path(args.out).resolve()
     try:
         writer.check_writable(out)
     except (OSError, ValueError, writer.ReportDirError) as exc:
         raise UsageError(str(exc)) from exc
     overrides = _load_policy_file(args.policy)
-    host_names = _inventory_hosts(args.inventory, args.limit, overrides, args.policy)
+    return overrides, _inventory_hosts(args.inventory, args.limit, overrides, args.policy)
+
+
+def _run_audit(
+    args: argparse.Namespace, out: Path, overrides: dict[str, Any], host_names: list[str], label: str = "auditing"
+) -> dict[str, Any] | None:
+    """Run playbooks/audit.yml; the report it wrote (report.json as a dict, plus its files), or None."""
+    from gpufleet.runner import run_playbook
+
     extravars = {
         "gpufleet_report_dir": str(out),
         "gpufleet_policy_overrides": overrides,
         "gpufleet_policy_sources": [str(Path(args.policy).resolve())] if args.policy else [],
     }
-    print(f"gpufleet: auditing {len(host_names)} host(s) from {args.inventory}", file=sys.stderr)
+    print(f"gpufleet: {label} {len(host_names)} host(s) from {args.inventory}", file=sys.stderr)
     result = run_playbook(
         "audit.yml",
         args.inventory,
@@ -178,12 +184,170 @@ def cmd_audit(args: argparse.Namespace) -> int:
             f"gpufleet: the run ended without a report (ansible-playbook status {result.status}, rc {result.rc})",
             file=sys.stderr,
         )
-        return EXIT_HOSTS
+        return None
     report = json.loads(Path(report_task["files"]["json"]).read_text())
+    report["_files"] = report_task["files"]
+    return report
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    out = Path(args.out).resolve()
+    overrides, host_names = _prepare(args, out)
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import terminal
+
+    report = _run_audit(args, out, overrides, host_names)
+    if report is None:
+        return EXIT_HOSTS
+    files = report.pop("_files")
     print(terminal.render_terminal(report, color=sys.stdout.isatty()))
-    for kind, path in sorted(report_task["files"].items()):
+    for kind, path in sorted(files.items()):
         print(f"{kind:>10}: {path}")
     return _exit_code(report, args.fail_on)
+
+
+def _fixable(finding: dict[str, Any]) -> bool:
+    return bool((finding.get("fix") or {}).get("role"))
+
+
+def remediation_summary(
+    before: dict[str, Any],
+    after: dict[str, Any] | None,
+    changes: dict[str, list[str]],
+    reboot: dict[str, bool],
+    check: bool,
+) -> dict[str, Any]:
+    """Per host: fixed, remaining (auto-fixable or manual), new findings, what changed, reboot needed."""
+    hosts = {}
+    for name, host in sorted(before["hosts"].items()):
+        was = {f["rule"]: f for f in host["findings"] if f["status"] in ("fail", "warn")}
+        now_host = (after or before)["hosts"].get(name, {"findings": [], "status": "failed"})
+        now = {f["rule"]: f for f in now_host["findings"] if f["status"] in ("fail", "warn")}
+        entry = {
+            "status_before": host["status"],
+            "status_after": now_host.get("status"),
+            "changed_tasks": changes.get(name, []),
+            "reboot_required": bool(reboot.get(name)),
+        }
+        if check:
+            entry["would_fix"] = sorted(r for r, f in was.items() if _fixable(f))
+            entry["manual"] = sorted(r for r, f in was.items() if not _fixable(f))
+        else:
+            entry["fixed"] = sorted(set(was) - set(now))
+            entry["remaining_auto"] = sorted(r for r, f in now.items() if _fixable(f))
+            entry["remaining_manual"] = sorted(r for r, f in now.items() if not _fixable(f))
+            entry["new"] = sorted(set(now) - set(was))
+        hosts[name] = entry
+    return {
+        "check": check,
+        "before": before["run"]["id"],
+        "after": after["run"]["id"] if after else None,
+        "hosts": hosts,
+    }
+
+
+def render_remediation(summary: dict[str, Any]) -> str:
+    lines = []
+    for name, h in summary["hosts"].items():
+        if summary["check"]:
+            lines.append(
+                f"{name}: would fix {', '.join(h['would_fix']) or 'nothing'}; "
+                f"{len(h['changed_tasks'])} task(s) would change"
+                + (f"; manual: {', '.join(h['manual'])}" if h["manual"] else "")
+            )
+            continue
+        parts = [f"fixed {', '.join(h['fixed']) or 'nothing'}"]
+        if h["remaining_auto"]:
+            parts.append(f"still failing (auto-fixable): {', '.join(h['remaining_auto'])}")
+        if h["remaining_manual"]:
+            parts.append(f"needs a person: {', '.join(h['remaining_manual'])}")
+        if h["new"]:
+            parts.append(f"NEW: {', '.join(h['new'])}")
+        if h["reboot_required"]:
+            parts.append("reboot required")
+        lines.append(f"{name}: " + "; ".join(parts))
+    return "\n".join(lines)
+
+
+def cmd_remediate(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from gpufleet.runner import run_playbook
+
+    run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = Path(args.out).resolve() / f"remediation-{run_id}"
+    overrides, host_names = _prepare(args, out)
+    before = _run_audit(args, out / "before", overrides, host_names, "auditing (before)")
+    if before is None:
+        return EXIT_HOSTS
+    before.pop("_files")
+    changes: dict[str, list[str]] = {}
+    reboot: dict[str, bool] = {}
+
+    def on_event(event: dict[str, Any]) -> None:
+        data = event.get("event_data") or {}
+        res = data.get("res") or {}
+        if event.get("event") == "runner_on_ok" and data.get("host"):
+            if res.get("changed"):
+                changes.setdefault(data["host"], []).append(data.get("task", ""))
+            facts = res.get("ansible_facts") or {}
+            if "gpufleet_reboot_required" in facts:
+                reboot[data["host"]] = bool(facts["gpufleet_reboot_required"])
+
+    print(f"gpufleet: remediating{' (check mode)' if args.check else ''}, run {run_id}", file=sys.stderr)
+    result = run_playbook(
+        "remediate.yml",
+        args.inventory,
+        limit=args.limit,
+        forks=args.forks,
+        tags=args.tags,
+        check=args.check,
+        diff=args.diff,
+        quiet=not (args.verbose or args.diff),
+        on_event=on_event,
+        extravars={"gpufleet_run_id": run_id, "gpufleet_policy_overrides": overrides},
+    )
+    failed = {n: h.message for n, h in result.hosts.items() if h.status != "ok"}
+    after = None
+    if not args.check:
+        after = _run_audit(args, out / "after", overrides, host_names, "auditing (after)")
+        if after is not None:
+            after.pop("_files")
+    summary = remediation_summary(before, after, changes, reboot, args.check)
+    summary["run_id"] = run_id
+    summary["failed"] = failed
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
+
+    path = writer.write_atomic(out / "remediation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    print(render_remediation(summary))
+    for name, message in sorted(failed.items()):
+        print(f"{name}: remediation FAILED: {message}")
+    print(f"before/after report: {path}  (undo: gpufleet rollback --run {run_id})")
+    if failed or after is None and not args.check:
+        return EXIT_HOSTS
+    return _exit_code(after, args.fail_on) if after else EXIT_OK
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from gpufleet.runner import run_playbook
+
+    paths.import_collection()
+    _inventory_hosts(args.inventory, args.limit, {}, None)
+    extravars = {"gpufleet_rollback_run": args.run} if args.run else {}
+    result = run_playbook(
+        "rollback.yml", args.inventory, limit=args.limit, check=args.check, extravars=extravars, quiet=not args.verbose
+    )
+    code = EXIT_OK
+    for name, host in sorted(result.hosts.items()):
+        res = host.results.get("Restore the values recorded before the run") or {}
+        if host.status != "ok":
+            code = EXIT_HOSTS
+            print(f"{name}: rollback FAILED: {host.message}")
+        else:
+            print(
+                f"{name}: run {res.get('run_id')}: restored {len(res.get('restored') or [])}, "
+                f"already as before {len(res.get('unchanged') or [])}"
+            )
+    return code
 
 
 def cmd_report_diff(args: argparse.Namespace) -> int:
@@ -239,6 +403,32 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("-f", "--forks", type=int, help="hosts audited in parallel (default: ansible.cfg)")
     audit.add_argument("-v", "--verbose", action="store_true", help="show Ansible's output")
     audit.set_defaults(func=cmd_audit)
+
+    rem = sub.add_parser("remediate", help="fix findings (roles by area and rule-id tags), audit before and after")
+    rem.add_argument("-i", "--inventory", default=_default_inventory(), help="Ansible inventory (default: %(default)s)")
+    rem.add_argument("-l", "--limit", help="limit to these hosts/groups (Ansible pattern)")
+    rem.add_argument("--policy", help="YAML file with policy overrides, merged last")
+    rem.add_argument("--tags", help="areas (memory,cpu,network,power,gpu,host) or rule ids (GPU-PWR-001,...)")
+    rem.add_argument("--check", action="store_true", help="change nothing; say what would change")
+    rem.add_argument("--diff", action="store_true", help="show the changes (with --check: the changes it would make)")
+    rem.add_argument("--out", default="reports", help="report directory (default: %(default)s)")
+    rem.add_argument(
+        "--fail-on",
+        default="none",
+        choices=[*SEVERITIES, "none"],
+        help="exit 1 when a finding still fails at or above this severity afterwards",
+    )
+    rem.add_argument("-f", "--forks", type=int, help="hosts changed in parallel")
+    rem.add_argument("-v", "--verbose", action="store_true", help="show Ansible's output")
+    rem.set_defaults(func=cmd_remediate)
+
+    rb = sub.add_parser("rollback", help="restore what a remediation run changed")
+    rb.add_argument("-i", "--inventory", default=_default_inventory(), help="Ansible inventory (default: %(default)s)")
+    rb.add_argument("-l", "--limit", help="limit to these hosts/groups (Ansible pattern)")
+    rb.add_argument("--run", help="remediation run id (default: the newest on each host)")
+    rb.add_argument("--check", action="store_true", help="change nothing; say what would be restored")
+    rb.add_argument("-v", "--verbose", action="store_true", help="show Ansible's output")
+    rb.set_defaults(func=cmd_rollback)
 
     report = sub.add_parser("report", help="work with reports")
     report_sub = report.add_subparsers(dest="report_command", required=True)

@@ -56,6 +56,9 @@ def run_playbook(
     quiet: bool = True,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     keep_events: bool = False,
+    tags: str | None = None,
+    check: bool = False,
+    diff: bool = False,
 ) -> RunResult:
     """Run ``playbook`` (a name under the collection's ``playbooks/``, or a path) against ``inventory``.
 
@@ -112,6 +115,12 @@ def run_playbook(
             cmdline += ["--limit", limit]
         if forks:
             cmdline += ["--forks", str(forks)]
+        if tags:
+            cmdline += ["--tags", tags]
+        if check:
+            cmdline.append("--check")
+        if diff:
+            cmdline.append("--diff")
         (workdir / "runner").mkdir()
         r = ansible_runner.run(
             private_data_dir=str(workdir / "runner"),

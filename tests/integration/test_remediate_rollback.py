@@ -59,17 +59,7 @@ def test_remediate_then_rollback(tmp_path, profiles, sim_lib):
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"h": host}}}))
     before = _snapshot(root, state)
     extra = {"gpufleet_run_id": "run-1"}
-    # The rollback directory is a module default for every remediation module; point it at the temp dir.
-    play = (
-        (REPO / "playbooks" / "remediate.yml")
-        .read_text()
-        .replace(
-            'rollback_run_id: "{{ gpufleet_run_id }}"',
-            'rollback_run_id: "{{ gpufleet_run_id }}"\n      rollback_dir: "{{ gpufleet_rollback_dir }}"',
-        )
-    )
-    (tmp_path / "remediate.yml").write_text(play)
-    res = run_playbook(str(tmp_path / "remediate.yml"), str(tmp_path / "hosts.yml"), extravars=extra)
+    res = run_playbook(str(REPO / "playbooks" / "remediate.yml"), str(tmp_path / "hosts.yml"), extravars=extra)
     assert res.hosts["h"].status == "ok", res.hosts["h"].message
     after = profiles.read_state(state)
     assert after["gpu.0.persistence_mode"] == "1" and after["gpu.0.power_limit_mw"] == "400000"
@@ -80,11 +70,7 @@ def test_remediate_then_rollback(tmp_path, profiles, sim_lib):
     assert ("file", "60-gpufleet.conf") in kinds and ("file", "gpu-runtime.json") in kinds
     assert (tmp_path / "etc/gpu-runtime.json").exists()
 
-    old_line = "run_id: \"{{ gpufleet_rollback_run | default('latest') }}\""
-    new_line = old_line + '\n        rollback_dir: "{{ gpufleet_rollback_dir }}"'
-    rb = (REPO / "playbooks" / "rollback.yml").read_text().replace(old_line, new_line)
-    (tmp_path / "rollback.yml").write_text(rb)
-    res = run_playbook(str(tmp_path / "rollback.yml"), str(tmp_path / "hosts.yml"))
+    res = run_playbook(str(REPO / "playbooks" / "rollback.yml"), str(tmp_path / "hosts.yml"))
     assert res.hosts["h"].status == "ok", res.hosts["h"].message
     out = res.hosts["h"].results["Restore the values recorded before the run"]
     assert out["changed"] is True and out["run_id"] == "run-1"
@@ -95,5 +81,5 @@ def test_remediate_then_rollback(tmp_path, profiles, sim_lib):
     assert not (tmp_path / "etc/gpu-runtime.json").exists()
     assert not (tmp_path / "libexec/gpufleet-gpu-apply").exists()
 
-    again = run_playbook(str(tmp_path / "rollback.yml"), str(tmp_path / "hosts.yml"))
+    again = run_playbook(str(REPO / "playbooks" / "rollback.yml"), str(tmp_path / "hosts.yml"))
     assert again.hosts["h"].results["Restore the values recorded before the run"]["changed"] is False

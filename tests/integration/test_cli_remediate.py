@@ -1,0 +1,83 @@
+"""gpufleet remediate and rollback over a copy of the demo fleet (its files in a temp dir): check mode changes
+nothing; remediation leaves the case-study node with no failing finding that has an automatic fix; the
+before/after report says what was fixed, what needs a person and what needs a reboot; rollback restores."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "sim"))
+import demo  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+def gpufleet(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpufleet.cli", *args], capture_output=True, text=True, timeout=600)
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(path.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            h.update(str(p).encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory, sim_lib):
+    tmp = tmp_path_factory.mktemp("remediate")
+    demo.build(tmp / "fleet")
+    inv = tmp / "inventory"
+    shutil.copytree(REPO / "inventories" / "demo", inv)
+    gv = yaml.safe_load((inv / "group_vars" / "all.yml").read_text())
+    gv["gpufleet_demo_dir"] = str(tmp / "fleet")
+    gv["gpufleet_ethtool_path"] = str(REPO / "tests/fixtures/ethtool/fake-ethtool")
+    gv["gpufleet_environment"]["LD_LIBRARY_PATH"] = str(sim_lib.parent)
+    (inv / "group_vars" / "all.yml").write_text(yaml.safe_dump(gv))
+    return tmp, inv / "hosts.yml"
+
+
+def test_check_then_remediate_then_rollback(fleet):
+    tmp, inventory = fleet
+    limit = "sg-a100-01,iad-h100-01,sg-h100-02,sg-l40s-03"
+    before = _digest(tmp / "fleet")
+    proc = gpufleet("remediate", "-i", str(inventory), "--limit", limit, "--check", "--out", str(tmp / "r"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _digest(tmp / "fleet") == before, "--check changed the simulated hosts"
+    [check] = list((tmp / "r").glob("remediation-*/remediation.json"))
+    summary = json.loads(check.read_text())
+    assert summary["check"] is True
+    assert "GPU-PWR-001" in summary["hosts"]["sg-a100-01"]["would_fix"]
+    assert "GPU-MEM-001" in summary["hosts"]["sg-a100-01"]["manual"]
+
+    proc = gpufleet("remediate", "-i", str(inventory), "--limit", limit, "--out", str(tmp / "r2"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [path] = list((tmp / "r2").glob("remediation-*/remediation.json"))
+    summary = json.loads(path.read_text())
+    case = summary["hosts"]["sg-a100-01"]
+    assert case["remaining_auto"] == [], case
+    assert {"GPU-PWR-001", "HOST-MEM-002"} <= set(case["fixed"])
+    assert case["remaining_manual"] == ["GPU-MEM-001", "HOST-MEM-001"]  # the workload swaps: a person decides
+    assert summary["hosts"]["iad-h100-01"]["fixed"] == ["GPU-PWR-002"]
+    assert summary["hosts"]["sg-h100-02"]["fixed"] == ["HOST-CPU-001"]
+    assert {"NET-TCP-001", "NET-TCP-002", "NET-TCP-003", "NET-TCP-004"} <= set(summary["hosts"]["sg-l40s-03"]["fixed"])
+    assert all(not h["new"] for h in summary["hosts"].values())
+    assert "gpufleet rollback --run" in proc.stdout
+
+    proc = gpufleet("rollback", "-i", str(inventory), "--limit", limit, "--run", summary["run_id"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "restored" in proc.stdout
+    proc = gpufleet("audit", "-i", str(inventory), "--limit", limit, "--out", str(tmp / "again"))
+    report = json.loads((tmp / "again" / "latest" / "report.json").read_text())
+    failing = {n: sorted(f["rule"] for f in h["findings"] if f["status"] == "fail") for n, h in report["hosts"].items()}
+    assert failing == {n: demo.EXPECTED[n] for n in limit.split(",")}
