@@ -15,8 +15,8 @@ __metaclass__ = type
 import json
 import os
 import re
-import tempfile
 
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.nvml import error_name
 
 COMPUTE_MODES = {"default": 0, "exclusive_process": 3, "prohibited": 2}
@@ -96,21 +96,8 @@ def load_locked(state_dir):
 
 
 def save_locked(state_dir, data):
-    """Atomic write (temp file + rename) of the locked-clock record."""
-    if not os.path.isdir(state_dir):
-        os.makedirs(state_dir, 0o755)
-    fd, tmp = tempfile.mkstemp(prefix=".locked_clocks.", dir=state_dir)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, os.path.join(state_dir, LOCKED_FILE))
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Atomic write of the locked-clock record."""
+    write_atomic(os.path.join(state_dir, LOCKED_FILE), json.dumps(data, indent=2, sort_keys=True))
 
 
 def plan_gpu(nv, index, want, locked_record):

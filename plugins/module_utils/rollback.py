@@ -16,8 +16,9 @@ import fcntl
 import json
 import os
 import re
-import tempfile
 import time
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 
 DEFAULT_DIR = "/var/lib/gpufleet/rollback"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
@@ -87,18 +88,7 @@ def record(directory, run_id, entries):
             if _target(entry) not in seen:
                 data["entries"].append(entry)
                 seen.add(_target(entry))
-        fd, tmp = tempfile.mkstemp(prefix=".%s." % run_id, dir=directory)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=2, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o600)
-            os.rename(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_atomic(path, json.dumps(data, indent=2, sort_keys=True), mode=0o600, dir_mode=0o700)
 
 
 ARGUMENT_SPEC = dict(

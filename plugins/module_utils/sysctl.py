@@ -16,7 +16,6 @@ __metaclass__ = type
 import errno
 import os
 import re
-import tempfile
 
 SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
 SYSCTL_CONF = "/etc/sysctl.conf"
@@ -135,21 +134,3 @@ def render_file(settings, header):
     for key in sorted(settings):
         lines.append("%s = %s" % (key, normalize(settings[key])))
     return "\n".join(lines) + "\n"
-
-
-def write_atomic(path, text, mode=0o644):
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.rename(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

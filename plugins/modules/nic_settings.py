@@ -117,7 +117,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.tuning.plugins.module_utils import nic, nic_settings, rollback
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
-from ansible_collections.gpufleet.tuning.plugins.module_utils.sysctl import write_atomic
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 
 _COALESCE_TYPES = {"adaptive_rx": bool, "adaptive_tx": bool, "rx_usecs": int, "tx_usecs": int}
 

@@ -82,6 +82,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_settings as gs
 from ansible_collections.gpufleet.tuning.plugins.module_utils import nic, nic_settings, nvml, rollback, sysctl
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 
@@ -106,7 +107,7 @@ def restore_file(module, entry):
         if entry["content"] is None:
             os.unlink(entry["path"])
         else:
-            sysctl.write_atomic(entry["path"], entry["content"])
+            write_atomic(entry["path"], entry["content"])
     return True
 
 
@@ -255,7 +256,7 @@ def main():
 
     if restored and not module.check_mode:
         data["rolled_back_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        sysctl.write_atomic(
+        write_atomic(
             rollback.path_for(p["rollback_dir"], run_id), json.dumps(data, indent=2, sort_keys=True), mode=0o600
         )
     module.exit_json(changed=bool(restored), run_id=run_id, restored=restored, unchanged=unchanged)

@@ -104,6 +104,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback, sysctl
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 DEFAULT_HEADER = "Managed by gpufleet (gpufleet.tuning). Local changes will be overwritten."
@@ -190,7 +191,7 @@ def main():
 
     if file_changed and not module.check_mode:
         try:
-            sysctl.write_atomic(fs.path(own), text)
+            write_atomic(fs.path(own), text)
         except (IOError, OSError) as exc:
             module.fail_json(msg="file: cannot write %s: %s" % (own, exc))
 

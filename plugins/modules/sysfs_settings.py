@@ -79,7 +79,7 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
-from ansible_collections.gpufleet.tuning.plugins.module_utils.sysctl import write_atomic
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 
 _PATTERN = re.compile(r"^/sys/[A-Za-z0-9_*.:/-]+$")
 _BRACKET = re.compile(r"\[([^\]]+)\]")

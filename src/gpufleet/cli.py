@@ -380,6 +380,17 @@ def cmd_policy(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _fleet_args(parser: argparse.ArgumentParser, policy: bool = True) -> None:
+    """Options every command that runs against an inventory takes."""
+    parser.add_argument(
+        "-i", "--inventory", default=_default_inventory(), help="Ansible inventory (default: %(default)s)"
+    )
+    parser.add_argument("-l", "--limit", help="limit to these hosts/groups (Ansible pattern)")
+    if policy:
+        parser.add_argument("--policy", help="YAML file with policy overrides, merged last")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show Ansible's output")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpufleet", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -388,11 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     audit = sub.add_parser("audit", help="audit every host (read-only) and write reports")
-    audit.add_argument(
-        "-i", "--inventory", default=_default_inventory(), help="Ansible inventory (default: %(default)s)"
-    )
-    audit.add_argument("-l", "--limit", help="limit to these hosts/groups (Ansible pattern)")
-    audit.add_argument("--policy", help="YAML file with policy overrides, merged last")
+    _fleet_args(audit)
     audit.add_argument("--out", default="reports", help="report directory (default: %(default)s)")
     audit.add_argument(
         "--fail-on",
@@ -401,13 +408,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 when a finding fails at or above this severity (default: %(default)s)",
     )
     audit.add_argument("-f", "--forks", type=int, help="hosts audited in parallel (default: ansible.cfg)")
-    audit.add_argument("-v", "--verbose", action="store_true", help="show Ansible's output")
     audit.set_defaults(func=cmd_audit)
 
     rem = sub.add_parser("remediate", help="fix findings (roles by area and rule-id tags), audit before and after")
-    rem.add_argument("-i", "--inventory", default=_default_inventory(), help="Ansible inventory (default: %(default)s)")
-    rem.add_argument("-l", "--limit", help="limit to these hosts/groups (Ansible pattern)")
-    rem.add_argument("--policy", help="YAML file with policy overrides, merged last")
+    _fleet_args(rem)
     rem.add_argument("--tags", help="areas (memory,cpu,network,power,gpu,host) or rule ids (GPU-PWR-001,...)")
     rem.add_argument("--check", action="store_true", help="change nothing; say what would change")
     rem.add_argument("--diff", action="store_true", help="show the changes (with --check: the changes it would make)")
@@ -419,15 +423,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 when a finding still fails at or above this severity afterwards",
     )
     rem.add_argument("-f", "--forks", type=int, help="hosts changed in parallel")
-    rem.add_argument("-v", "--verbose", action="store_true", help="show Ansible's output")
     rem.set_defaults(func=cmd_remediate)
 
     rb = sub.add_parser("rollback", help="restore what a remediation run changed")
-    rb.add_argument("-i", "--inventory", default=_default_inventory(), help="Ansible inventory (default: %(default)s)")
-    rb.add_argument("-l", "--limit", help="limit to these hosts/groups (Ansible pattern)")
+    _fleet_args(rb, policy=False)
     rb.add_argument("--run", help="remediation run id (default: the newest on each host)")
     rb.add_argument("--check", action="store_true", help="change nothing; say what would be restored")
-    rb.add_argument("-v", "--verbose", action="store_true", help="show Ansible's output")
     rb.set_defaults(func=cmd_rollback)
 
     report = sub.add_parser("report", help="work with reports")
