@@ -7,7 +7,7 @@ SIM_DIR := build/sim
 SIM_LIB := $(SIM_DIR)/libnvidia-ml.so.1
 INVENTORY ?= inventories/local/hosts.yml
 
-.PHONY: audit demo test sim lint sanity quality collection ee-context unit integration deps-base deps-test venv clean docs
+.PHONY: audit demo test sim lint sanity quality collection ee-context lab molecule unit integration deps-base deps-test venv clean docs
 
 audit: deps-base $(VENV)/.installed
 	$(BIN)/gpufleet audit -i $(INVENTORY)
@@ -21,8 +21,17 @@ demo: deps-test $(VENV)/.installed-test sim
 docs: $(VENV)/.installed-test
 	$(BIN)/python scripts/gen-readme-tables.py
 
-test: deps-test $(VENV)/.installed-test sim quality
+test: deps-test $(VENV)/.installed-test sim quality lab
 	$(BIN)/pytest -q tests
+
+# Container lab for molecule/ (root): podman, network gpufleet-lab, local images (debootstrap, nothing pulled),
+# and the collections Molecule needs, from the PyPI `ansible` bundle.
+lab: $(VENV)/.installed-test
+	scripts/lab-setup.sh
+	scripts/fetch-collections.sh
+
+molecule: lab sim
+	$(BIN)/pytest -q tests/integration/test_molecule.py
 
 # Collection quality gates: ruff, ansible-lint (production profile), ansible-test sanity (--local, no Docker).
 quality: lint sanity

@@ -185,7 +185,7 @@ policy:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu, host, links, nic, rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils import commands, gpu, host, links, nic, rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, validate
 
@@ -236,9 +236,7 @@ def main():
 
     fs = HostFS(params["root"])
 
-    def run(argv):
-        # ethtool and the kernel log readers are parsed: keep their output in the C locale.
-        return module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"})
+    run = commands.runner(module)
 
     facts = {"gpu": None, "host": None, "network": None}
     if "gpu" in params["gather"]:

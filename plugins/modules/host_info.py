@@ -190,23 +190,8 @@ host:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import host
+from ansible_collections.gpufleet.tuning.plugins.module_utils import commands, host
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
-
-
-def _runner(module):
-    """run(argv) -> (rc, stdout, stderr) through module.run_command; a missing binary is rc 127, not a failure."""
-
-    def run(argv):
-        binary = module.get_bin_path(argv[0])
-        if binary is None:
-            return 127, "", "%s: command not found" % argv[0]
-        try:
-            return module.run_command([binary] + list(argv[1:]), handle_exceptions=False)
-        except (IOError, OSError) as exc:
-            return 126, "", "%s: %s" % (argv[0], exc)
-
-    return run
 
 
 def main():
@@ -239,7 +224,7 @@ def main():
     fs = HostFS(params["root"])
     facts = host.collect(
         fs,
-        run=_runner(module) if fs.root == "/" else None,
+        run=commands.runner(module) if fs.root == "/" else None,
         sample_seconds=params["sample_seconds"],
         kernel_log=params["kernel_log"],
         kernel_log_lines=params["kernel_log_lines"],

@@ -201,7 +201,7 @@ network:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import nic
+from ansible_collections.gpufleet.tuning.plugins.module_utils import commands, nic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 
@@ -254,8 +254,7 @@ def main():
     ethtool = params["ethtool_path"] or module.get_bin_path("ethtool")
     missing = None if ethtool else "ethtool not found in PATH"
 
-    def run(argv):
-        return module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"})
+    run = commands.runner(module)
 
     network = nic.collect(HostFS(params["root"]), run, interfaces=params["interfaces"], ethtool=ethtool,
                           ethtool_missing=missing)

@@ -64,7 +64,7 @@ def test_prereqs_installs_offline_and_is_idempotent(system_python_without_pynvml
 
     first, changed = run()
     assert first.hosts["t1"].status == "ok", first.hosts["t1"].message
-    assert "Unpack the wheel into the venv" in changed and "Create the gpufleet venv" in changed
+    assert "Copy nvidia-ml-py into the venv" in changed and "Create the gpufleet venv" in changed
     info = first.hosts["t1"].results["Read GPUs"]
     assert info["nvml"]["source"] == "pynvml"  # the module ran with the venv's Python, which imports pynvml
     assert subprocess.run([str(tmp_path / "venv/bin/python"), "-c", "import pynvml"]).returncode == 0
