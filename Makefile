@@ -12,10 +12,13 @@ INVENTORY ?= inventories/local/hosts.yml
 audit: deps-base $(VENV)/.installed
 	$(BIN)/gpufleet audit -i $(INVENTORY)
 
-# A simulated fleet of 8 GPU servers (build/demo), audited read-only; reports in reports/demo/.
+# A simulated fleet of 8 GPU servers (build/demo): audited (reports/demo/), then remediated and audited again
+# (reports/demo/remediation-*/: before, after, remediation.json). Every change lands in build/demo's fixture
+# trees and fake GPU state: nothing on this machine is changed.
 demo: deps-test $(VENV)/.installed-test sim
 	$(BIN)/python tests/sim/demo.py
 	$(BIN)/gpufleet audit -i inventories/demo/hosts.yml --out reports/demo
+	$(BIN)/gpufleet remediate -i inventories/demo/hosts.yml --out reports/demo
 
 # Regenerate the README's rule catalog and policy tables from the code.
 docs: $(VENV)/.installed-test
