@@ -12,7 +12,7 @@ if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
 fi
 
 if [ "$profile" = test ]; then
-  for pkg in gcc make libc6-dev ethtool iproute2 openssh-client chromium fonts-dejavu-core; do
+  for pkg in gcc make libc6-dev ethtool iproute2 openssh-client chromium fonts-dejavu-core dpkg-dev; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || want+=("$pkg")
   done
 fi

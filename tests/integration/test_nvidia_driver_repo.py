@@ -1,0 +1,165 @@
+"""Role nvidia_driver's apt version choice and pin file, against real apt without a container.
+
+The lab repository of dummy packages (molecule/nvidia_driver/files/build-repo.sh) is read by the machine's own
+apt-get/apt-cache, sandboxed under tmp_path (its own sources, lists, status and preferences: nothing of the
+machine's apt changes). A playbook loads the role's defaults and vars/main.yml, lets the role's version logic
+choose from `apt-cache madison` and renders the role's pin template; apt then says what it would install.
+molecule/nvidia_driver runs the whole role in a container.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE = REPO / "roles" / "nvidia_driver"
+BUILD_REPO = REPO / "molecule" / "nvidia_driver" / "files" / "build-repo.sh"
+TOOLS = ("dpkg-deb", "dpkg-scanpackages", "apt-get", "apt-cache")
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        any(shutil.which(t) is None for t in TOOLS),
+        reason="needs dpkg-deb, dpkg-scanpackages (Debian package dpkg-dev), apt-get and apt-cache",
+    ),
+]
+
+PLAY = """
+- name: Choose versions and render the pin like the role
+  hosts: localhost
+  gather_facts: false
+  vars_files:
+    - {role}/defaults/main.yml
+    - {role}/vars/main.yml
+  tasks:
+    - name: OS family
+      ansible.builtin.setup:
+        gather_subset: [min]
+    - name: A host without NVIDIA packages
+      ansible.builtin.set_fact:
+        __nvidia_driver_installed: {{}}
+    - name: What the sources offer
+      ansible.builtin.command:
+        argv: "{{{{ ['apt-cache', 'madison', __nvidia_driver_names[0]] + __nvidia_driver_fm_names }}}}"
+      environment:
+        APT_CONFIG: "{apt_config}"
+      register: __nvidia_driver_madison
+      changed_when: false
+    - name: The role's pin file
+      ansible.builtin.template:
+        src: {role}/templates/gpufleet-nvidia.pref.j2
+        dest: "{pref}"
+        mode: "0644"
+    - name: The role's choices
+      ansible.builtin.copy:
+        content: "{{{{ {{'driver': __nvidia_driver_apt_version, 'fm': __nvidia_driver_fm_apt_specs}} | to_json }}}}"
+        dest: "{out}"
+        mode: "0644"
+"""
+
+
+@pytest.fixture(scope="module")
+def lab_repo(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("nvidia-repo") / "repo"
+    subprocess.run([str(BUILD_REPO), str(out)], check=True, capture_output=True, text=True)
+    return out
+
+
+@pytest.fixture
+def apt(tmp_path, lab_repo):
+    """Run apt-get/apt-cache against only the lab repository, with state under tmp_path."""
+    root = tmp_path / "apt"
+    for d in ("state/lists/partial", "cache/archives/partial", "etc/apt.conf.d", "etc/preferences.d",
+              "etc/sources.list.d", "log"):
+        (root / d).mkdir(parents=True)
+    (root / "status").write_text("")
+    (root / "etc" / "sources.list").write_text(f"deb [trusted=yes] file:{lab_repo} ./\n")
+    conf = root / "apt.conf"
+    conf.write_text(
+        f'Dir "{root}/";\nDir::State "state";\nDir::State::status "{root}/status";\nDir::Cache "cache";\n'
+        f'Dir::Etc "etc";\nDir::Log "log";\nDir::Bin::methods "/usr/lib/apt/methods";\nDebug::NoLocking "true";\n'
+        'APT::Sandbox::User "root";\n'
+    )
+    env = {**os.environ, "APT_CONFIG": str(conf), "LC_ALL": "C"}
+
+    def run(*args: str) -> str:
+        return subprocess.run(args, env=env, check=True, capture_output=True, text=True).stdout
+
+    run("apt-get", "update", "-qq")
+    run.config = conf
+    run.pref = root / "etc" / "preferences.d" / "gpufleet-nvidia.pref"
+    return run
+
+
+def _role(tmp_path: Path, apt, **extra) -> dict:
+    """Run the role's version choice and pin template with these variables; return its choices."""
+    out = tmp_path / "choices.json"
+    play = tmp_path / "play.yml"
+    play.write_text(PLAY.format(role=ROLE, apt_config=apt.config, pref=apt.pref, out=out))
+    extra.setdefault("nvidia_driver_branch", "550")
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"), "ANSIBLE_NOCOLOR": "1"}
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         "-e", "ansible_python_interpreter=" + sys.executable, "-e", json.dumps(extra), str(play)],
+        env=env, capture_output=True, text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+def _candidate(apt, name: str) -> str:
+    out = apt("apt-cache", "policy", name)
+    return next(line.split()[-1] for line in out.splitlines() if line.strip().startswith("Candidate:"))
+
+
+def test_without_the_pin_apt_would_leave_the_branch(apt):
+    """The lab's trap is real: a newer version from another branch is apt's choice when nothing pins."""
+    assert _candidate(apt, "nvidia-driver-550") == "560.35.03-0gpufleet1"
+    assert _candidate(apt, "nvidia-fabricmanager-550") == "550.127.05-1"
+
+
+def test_branch_pin_keeps_driver_and_fabric_manager_together(tmp_path, apt):
+    choices = _role(tmp_path, apt, nvidia_driver_fabricmanager=True)
+    assert choices == {"driver": "550.90.07-1",
+                       "fm": ["nvidia-fabricmanager-550=550.90.07-1", "libnvidia-nscq-550=550.90.07-1"]}
+    assert _candidate(apt, "nvidia-driver-550") == "550.90.07-1"
+    assert _candidate(apt, "nvidia-dkms-550") == "550.90.07-1"
+    assert _candidate(apt, "nvidia-fabricmanager-550") == "550.90.07-1"
+    assert _candidate(apt, "libnvidia-nscq-550") == "550.90.07-1"
+    # What the role installs resolves in one transaction (dependencies included).
+    sim = apt("apt-get", "-s", "install", "nvidia-driver-550=550.90.07-1", "nvidia-dkms-550=550.90.07-1",
+              *choices["fm"])
+    assert "Inst nvidia-driver-550 (550.90.07-1" in sim
+
+
+def test_exact_version_pin(tmp_path, apt):
+    choices = _role(tmp_path, apt, nvidia_driver_version="550.54.15-1")
+    assert choices == {"driver": "550.54.15-1", "fm": []}
+    assert "Pin: version 550.54.15-1" in apt.pref.read_text()
+    assert _candidate(apt, "nvidia-driver-550") == "550.54.15-1"
+
+
+def test_fabric_manager_missing_in_the_drivers_version_is_reported(tmp_path, apt):
+    """No libnvidia-nscq-550 550.54.15: the role's SW-FM-001 check sees an empty version (and fails the host)."""
+    choices = _role(tmp_path, apt, nvidia_driver_version="550.54.15-1", nvidia_driver_fabricmanager=True)
+    assert choices["fm"] == ["nvidia-fabricmanager-550=550.54.15-1", "libnvidia-nscq-550="]
+
+
+def test_other_branch(tmp_path, apt):
+    choices = _role(tmp_path, apt, nvidia_driver_branch="535")
+    assert choices["driver"] == "535.183.01-1"
+    assert _candidate(apt, "nvidia-driver-535") == "535.183.01-1"
+    # The 550 packages are outside the 535 pin: not pinned up, not pinned down.
+    assert "Pin: version 535.*" in apt.pref.read_text()
+
+
+def test_unknown_branch_chooses_nothing(tmp_path, apt):
+    """The role then stops with 'no version of nvidia-driver-560 on branch 560 in the apt sources'."""
+    assert _role(tmp_path, apt, nvidia_driver_branch="560")["driver"] == ""
