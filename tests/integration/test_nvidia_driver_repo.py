@@ -76,8 +76,14 @@ def lab_repo(tmp_path_factory) -> Path:
 def apt(tmp_path, lab_repo):
     """Run apt-get/apt-cache against only the lab repository, with state under tmp_path."""
     root = tmp_path / "apt"
-    for d in ("state/lists/partial", "cache/archives/partial", "etc/apt.conf.d", "etc/preferences.d",
-              "etc/sources.list.d", "log"):
+    for d in (
+        "state/lists/partial",
+        "cache/archives/partial",
+        "etc/apt.conf.d",
+        "etc/preferences.d",
+        "etc/sources.list.d",
+        "log",
+    ):
         (root / d).mkdir(parents=True)
     (root / "status").write_text("")
     (root / "etc" / "sources.list").write_text(f"deb [trusted=yes] file:{lab_repo} ./\n")
@@ -106,9 +112,21 @@ def _role(tmp_path: Path, apt, **extra) -> dict:
     extra.setdefault("nvidia_driver_branch", "550")
     env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"), "ANSIBLE_NOCOLOR": "1"}
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-         "-e", "ansible_python_interpreter=" + sys.executable, "-e", json.dumps(extra), str(play)],
-        env=env, capture_output=True, text=True,
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            "ansible_python_interpreter=" + sys.executable,
+            "-e",
+            json.dumps(extra),
+            str(play),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     return json.loads(out.read_text())
@@ -127,15 +145,18 @@ def test_without_the_pin_apt_would_leave_the_branch(apt):
 
 def test_branch_pin_keeps_driver_and_fabric_manager_together(tmp_path, apt):
     choices = _role(tmp_path, apt, nvidia_driver_fabricmanager=True)
-    assert choices == {"driver": "550.90.07-1",
-                       "fm": ["nvidia-fabricmanager-550=550.90.07-1", "libnvidia-nscq-550=550.90.07-1"]}
+    assert choices == {
+        "driver": "550.90.07-1",
+        "fm": ["nvidia-fabricmanager-550=550.90.07-1", "libnvidia-nscq-550=550.90.07-1"],
+    }
     assert _candidate(apt, "nvidia-driver-550") == "550.90.07-1"
     assert _candidate(apt, "nvidia-dkms-550") == "550.90.07-1"
     assert _candidate(apt, "nvidia-fabricmanager-550") == "550.90.07-1"
     assert _candidate(apt, "libnvidia-nscq-550") == "550.90.07-1"
     # What the role installs resolves in one transaction (dependencies included).
-    sim = apt("apt-get", "-s", "install", "nvidia-driver-550=550.90.07-1", "nvidia-dkms-550=550.90.07-1",
-              *choices["fm"])
+    sim = apt(
+        "apt-get", "-s", "install", "nvidia-driver-550=550.90.07-1", "nvidia-dkms-550=550.90.07-1", *choices["fm"]
+    )
     assert "Inst nvidia-driver-550 (550.90.07-1" in sim
 
 
