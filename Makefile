@@ -7,15 +7,26 @@ SIM_DIR := build/sim
 SIM_LIB := $(SIM_DIR)/libnvidia-ml.so.1
 INVENTORY ?= inventories/local/hosts.yml
 
-.PHONY: audit demo test sim lint sanity quality collection ee-context lab molecule unit integration deps-base deps-test venv clean docs
+.PHONY: audit demo demo-down demo-local test sim lint sanity quality collection ee-context lab molecule unit integration deps-base deps-test venv clean docs
 
 audit: deps-base $(VENV)/.installed
 	$(BIN)/gpufleet audit -i $(INVENTORY)
 
-# A simulated fleet of 8 GPU servers (build/demo): audited (reports/demo/), then remediated and audited again
-# (reports/demo/remediation-*/: before, after, remediation.json). Every change lands in build/demo's fixture
-# trees and fake GPU state: nothing on this machine is changed.
-demo: deps-test $(VENV)/.installed-test sim
+# A simulated fleet of 8 GPU servers, each a podman container (inventories/demo-podman; images from `make lab`,
+# nothing pulled): audited (reports/demo/), then remediated and audited again (reports/demo/remediation-*/: before,
+# after, remediation.json). Every change lands inside the containers: nothing on this machine is changed. The
+# containers stay up for a look (`podman exec -it gpufleet-demo-sg-a100-01 bash`); `make demo-down` removes them.
+# `make demo-local` runs the same fleet without containers, on fixture trees under build/demo.
+demo: deps-test $(VENV)/.installed-test sim lab
+	$(BIN)/python tests/sim/demo.py
+	$(BIN)/ansible-playbook -i inventories/demo-podman/hosts.yml tests/sim/demo_podman.yml
+	$(BIN)/gpufleet audit -i inventories/demo-podman/hosts.yml --out reports/demo
+	$(BIN)/gpufleet remediate -i inventories/demo-podman/hosts.yml --out reports/demo
+
+demo-down: $(VENV)/.installed-test
+	$(BIN)/ansible-playbook -i inventories/demo-podman/hosts.yml tests/sim/demo_podman.yml -e gpufleet_demo_state=absent
+
+demo-local: deps-test $(VENV)/.installed-test sim
 	$(BIN)/python tests/sim/demo.py
 	$(BIN)/gpufleet audit -i inventories/demo/hosts.yml --out reports/demo
 	$(BIN)/gpufleet remediate -i inventories/demo/hosts.yml --out reports/demo

@@ -9,7 +9,9 @@ Every host is a directory under build/demo/<host>/ holding:
 Nothing outside build/demo is written: the audit is read-only and points at these files through inventory
 variables (gpufleet_environment, gpufleet_audit_root, gpufleet_ethtool_path).
 
-EXPECTED lists the exact rule ids each host must fail; tests/integration/test_demo.py asserts them.
+EXPECTED lists the exact rule ids each host must fail; tests/integration/test_demo.py asserts them. EXPECTED_AFTER
+lists what is still failing after `gpufleet remediate`; tests/integration/test_demo_podman.py runs the same fleet in
+podman containers (inventories/demo-podman, tests/sim/demo_podman.yml: what `make demo` does) and asserts both.
 """
 
 from __future__ import annotations
@@ -120,6 +122,22 @@ EXPECTED = {
     "fra-a100-02": ["SW-CUDA-001"],
     "iad-h100-01": ["GPU-PWR-002"],
     "iad-a100-02": ["GPU-ECC-002"],
+    "iad-h100-03": [],
+}
+
+# What `gpufleet remediate` (playbooks/remediate.yml) leaves failing on each host, and why.
+EXPECTED_AFTER = {
+    # GPU memory use and swapping have no automatic fix: they need a person (the job, the host's RAM).
+    "sg-a100-01": ["GPU-MEM-001", "HOST-MEM-001"],
+    "sg-h100-02": [],
+    # NICs are devices, not files: network_tuning tunes them only on a real root (network_tuning_root '/').
+    "sg-l40s-03": ["NET-RING-001"],
+    # A link trained down to x8 needs a person (reseat, riser, BIOS).
+    "fra-h100-01": ["GPU-PCI-001"],
+    # Driver upgrades are the nvidia_driver role's, which remediate.yml does not run (a driver change needs a reboot).
+    "fra-a100-02": ["SW-CUDA-001"],
+    "iad-h100-01": [],
+    "iad-a100-02": [],
     "iad-h100-03": [],
 }
 
