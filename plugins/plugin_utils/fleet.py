@@ -16,6 +16,7 @@ from typing import Any
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import AREAS, SEVERITIES
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report.schema import HOST_COUNT_KEYS
 
 SCHEMA = "gpufleet.report/v1"
 VERSION = "0.1.0"
@@ -36,17 +37,33 @@ def plain(value: Any) -> Any:
     return str(value)
 
 
-def host_entry(result: dict | None) -> dict:
-    """One host of the report from its registered `gpufleet.tuning.audit` result (or its absence)."""
+def _down(status: str, message: str) -> dict:
+    return {
+        "status": status,
+        "message": message,
+        "site": None,
+        "links": {"source": "none", "peers": []},
+        "facts": {},
+        "findings": [],
+    }
+
+
+def host_entry(result: dict | None, missing: str = "failed") -> dict:
+    """One host of the report from its registered `gpufleet.tuning.audit` result (or its absence).
+
+    ``missing``: the status of a host without a result: ``failed`` (skipped, or the play stopped for it) or
+    ``interrupted`` (the run was interrupted before the host answered).
+    """
     if result is None:
-        return {
-            "status": "failed",
-            "message": "no audit result (the host was skipped or the run stopped)",
-            "site": None,
-            "links": {"source": "none", "peers": []},
-            "facts": {},
-            "findings": [],
-        }
+        if missing == "interrupted":
+            return _down("interrupted", "not audited: the run was interrupted before this host answered")
+        return _down("failed", "no audit result (the host was skipped or the run stopped)")
+    timedout = result.get("timedout") if isinstance(result, dict) else None
+    if timedout:
+        # Ansible's task `timeout:` (gpufleet_host_timeout) fired: a hung host or a link too slow to answer in time.
+        # Read only the period: the rest of `timedout` is deprecated and warns when touched.
+        period = timedout.get("period") if isinstance(timedout, dict) else None
+        return _down("timeout", "no answer within the per-host timeout (gpufleet_host_timeout = %s s)" % period)
     result = plain(result)
     if result.get("unreachable"):
         status = "unreachable"
@@ -82,7 +99,8 @@ def host_entry(result: dict | None) -> dict:
 
 
 def summarize(hosts: dict) -> dict:
-    counts = {"total": len(hosts), "ok": 0, "failed": 0, "unreachable": 0}
+    counts = {key: 0 for key in HOST_COUNT_KEYS}
+    counts["total"] = len(hosts)
     findings = {
         "by_severity": {s: 0 for s in SEVERITIES},
         "by_area": {a: 0 for a in AREAS},
@@ -104,10 +122,16 @@ def build_report(
     limit: str | None = None,
     policy_sources: list | None = None,
     complete: bool = True,
+    incomplete_reason: str | None = None,
 ) -> dict:
-    """``results``: inventory host name -> registered audit result (None when the host has none)."""
+    """``results``: inventory host name -> registered audit result (None when the host has none).
+
+    An incomplete report (``complete=False``: the run was interrupted) marks hosts without a result
+    ``interrupted`` and says why in ``run.incomplete_reason``.
+    """
     finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    hosts = {str(name): host_entry(res) for name, res in sorted(results.items())}
+    missing = "failed" if complete else "interrupted"
+    hosts = {str(name): host_entry(res, missing) for name, res in sorted(results.items())}
     return {
         "schema": SCHEMA,
         "tool": {"name": "gpufleet", "version": VERSION},
@@ -119,6 +143,7 @@ def build_report(
             "limit": limit,
             "policy_sources": [str(p) for p in policy_sources or []],
             "complete": bool(complete),
+            "incomplete_reason": None if complete else (incomplete_reason or "the run was interrupted"),
             "controller": socket.gethostname(),
         },
         "summary": summarize(hosts),

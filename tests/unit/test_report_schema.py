@@ -58,12 +58,33 @@ def test_sample_has_the_case_study_hosts(sample):
 
 def test_summarize_counts(sample):
     s = schema.summarize(sample["hosts"])
-    assert s["hosts"] == {"total": 4, "ok": 2, "failed": 1, "unreachable": 1}
+    assert s["hosts"] == {"total": 4, "ok": 2, "failed": 1, "unreachable": 1, "timeout": 0, "interrupted": 0}
     assert s["findings"]["by_status"] == {"pass": 54, "fail": 10, "warn": 1, "skip": 1, "error": 0}
     # fail + warn only: the skip (SW-FM-001 on the H100) and the passes are not findings
     assert s["findings"]["by_severity"] == {"critical": 3, "high": 5, "medium": 3, "low": 0, "info": 0}
     assert s["findings"]["by_area"] == {"memory": 4, "cpu": 0, "network": 0, "power": 3, "software": 3, "health": 1}
-    assert s == sample["summary"]
+    # The sample predates the timeout/interrupted host counts: the rest is the same.
+    assert s["findings"] == sample["summary"]["findings"]
+    assert {k: v for k, v in s["hosts"].items() if k in sample["summary"]["hosts"]} == sample["summary"]["hosts"]
+
+
+def test_new_host_statuses_are_counted_and_valid(sample):
+    """timeout and interrupted hosts (and an incomplete run) are v1: counted, rendered, valid; old reports too."""
+    sample["hosts"]["slow-01"] = dict(sample["hosts"]["sg-l40s-03"], status="timeout", message="no answer in 3 s")
+    sample["hosts"]["late-01"] = dict(sample["hosts"]["sg-l40s-03"], status="interrupted", message="not audited")
+    sample["run"].update(complete=False, incomplete_reason="interrupted by SIGINT")
+    sample["summary"] = schema.summarize(sample["hosts"])
+    assert sample["summary"]["hosts"] == {
+        "total": 6, "ok": 2, "failed": 1, "unreachable": 1, "timeout": 1, "interrupted": 1,
+    }
+    assert schema.validate(sample) == []
+    assert schema.cell(sample["hosts"]["slow-01"], "power")["state"] == "timeout"
+    assert schema.cell(sample["hosts"]["late-01"], "power")["state"] == "interrupted"
+    # old reports lack the two counts and stay valid (test_fixtures_are_valid); a wrong count is a problem
+    sample["summary"]["hosts"]["timeout"] = 2
+    assert schema.validate(sample) == ["summary.hosts.timeout: is 2, but the hosts add up to 1"]
+    sample["run"]["incomplete_reason"] = 7
+    assert "run.incomplete_reason: expected a string or null, got an integer" in schema.validate(sample)
 
 
 def test_summarize_empty():
@@ -189,6 +210,8 @@ def _host(*findings, status="ok"):
         ((("memory", "fail", "high"),), "ok", "none", None),
         ((("power", "fail", "high"),), "unreachable", "unreachable", None),
         ((), "failed", "failed", None),
+        ((("power", "fail", "high"),), "timeout", "timeout", None),
+        ((), "interrupted", "interrupted", None),
     ],
 )
 def test_cell_state(findings, status, state, severity):

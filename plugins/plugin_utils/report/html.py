@@ -34,10 +34,21 @@ ONE_LINE_WIDTH = 100  # longer ones in a block, on one (wrapped) line up to this
 _CELL_LABELS = {
     "unreachable": "unreachable",
     "failed": "failed",
+    "timeout": "timeout",
+    "interrupted": "not audited",
     "error": "error",
     "pass": "pass",
     "skip": "skip",
     "none": "\u2013",
+}
+
+
+# What the page says before a host's message when the host was not audited.
+_DOWN_LABELS = {
+    "unreachable": "Unreachable",
+    "failed": "Audit failed",
+    "timeout": "Timed out",
+    "interrupted": "Not audited (run interrupted)",
 }
 
 
@@ -104,6 +115,7 @@ def build_view(report: dict) -> dict[str, Any]:
             "limit": _text(run.get("limit")),
             "controller": _text(run.get("controller")),
             "policy_sources": [_text(p) for p in run.get("policy_sources") or [] if p is not None],
+            "incomplete_reason": _text(run.get("incomplete_reason")),
         },
         "complete": run.get("complete") is not False,
         "summary": summary,
@@ -136,6 +148,7 @@ def _host_view(index: int, name: str, host: Any, catalog: dict[str, dict]) -> di
         "anchor": f"host-{index}",
         "status": status,
         "message": _text(host.get("message")),
+        "down_label": _DOWN_LABELS.get(status, "Audit failed"),
         "site": _text(host.get("site")),
         "gpus": _gpu_summary(gpu),
         "driver": _text((gpu.get("driver") or {}).get("version") if isinstance(gpu.get("driver"), dict) else None),
@@ -194,7 +207,7 @@ def _cell_view(host: dict, area: str) -> dict[str, Any]:
         label = _CELL_LABELS[state]
     parts = [f"{counts[s]} {s}" for s in schema.STATUSES if counts[s]]
     tip = f"{area}: " + (", ".join(parts) if parts else "no checks")
-    if state in ("unreachable", "failed"):
+    if state in schema.DOWN_STATUSES:
         tip = f"{area}: host {state}"
     if c["rules"]:
         tip += " \u2013 " + ", ".join(c["rules"])

@@ -4,7 +4,8 @@
 """The report as JUnit XML, for CI systems: one <testsuite> per host, one <testcase> per host x rule.
 
 fail -> <failure>, error -> <error>, skip -> <skipped/>, warn -> passed, with the warning in <system-out>.
-An unreachable or failed host is one testcase with an <error>. Built with xml.etree, so every value is escaped;
+A host that was not audited (unreachable, failed, timeout, interrupted) is one testcase with an <error>.
+Built with xml.etree, so every value is escaped;
 characters XML 1.0 cannot carry at all (most C0 controls) are replaced by U+FFFD first.
 """
 
@@ -62,8 +63,8 @@ def build_junit(report: dict) -> ET.Element:
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         status = host.get("status")
         if status != "ok":
-            what = "unreachable" if status == "unreachable" else "failed"
-            case_name = "reachability" if what == "unreachable" else "audit"
+            what = status if status in schema.DOWN_STATUSES else "failed"
+            case_name = "reachability" if what in ("unreachable", "timeout") else "audit"
             case = ET.SubElement(suite, "testcase", classname=name, name=case_name)
             text = _x(host.get("message") or f"host {what}")
             ET.SubElement(case, "error", message=text, type=f"host-{what}").text = text

@@ -76,7 +76,8 @@ def render_prometheus(report: dict, now: datetime | None = None) -> str:
 
     up = [f"{PREFIX}_host_up{_labels(host=name)} {1 if isinstance(h, dict) and h.get('status') == 'ok' else 0}"
           for name, h in sorted(hosts.items())]
-    families.append(("host_up", "1 if the host was audited, 0 if it was unreachable or its audit failed.", up))
+    families.append(("host_up", "1 if the host was audited, 0 if not (unreachable, failed, timeout, interrupted).",
+                     up))
 
     totals = []
     for name, host in sorted(hosts.items()):

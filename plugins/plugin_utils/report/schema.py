@@ -21,12 +21,18 @@ SCHEMA = "gpufleet.report/v1"
 AREAS = ("memory", "cpu", "network", "power", "software", "health")
 SEVERITIES = ("critical", "high", "medium", "low", "info")  # worst first
 STATUSES = ("pass", "fail", "warn", "skip", "error")
-HOST_STATUSES = ("ok", "failed", "unreachable")
+HOST_STATUSES = ("ok", "failed", "unreachable", "timeout", "interrupted")
+# A host in one of these was not audited: unreachable (no connection), failed (the audit itself failed), timeout (no
+# answer within the per-host timeout, gpufleet_host_timeout), interrupted (the run stopped before it answered).
+DOWN_STATUSES = HOST_STATUSES[1:]
+# Host counts in summary.hosts; reports written before timeout/interrupted existed lack those two (still valid).
+HOST_COUNT_KEYS = ("total", *HOST_STATUSES)
+OPTIONAL_HOST_COUNT_KEYS = ("timeout", "interrupted")
 LINK_SOURCES = ("declared", "measured", "mixed", "none")  # mixed: some peers declared, some measured
 FINDING_STATUSES = ("fail", "warn")  # a "finding" in counts, metrics and diffs
 
 # Cell states of the host x area matrix, worst first. Host-level states come first: nothing below them is known.
-CELL_STATES = ("unreachable", "failed", "fail", "warn", "error", "pass", "skip", "none")
+CELL_STATES = ("unreachable", "failed", "timeout", "interrupted", "fail", "warn", "error", "pass", "skip", "none")
 
 _SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 _STATUS_ORDER = {"fail": 0, "warn": 1, "error": 2, "skip": 3, "pass": 4}
@@ -65,7 +71,8 @@ def host_findings(host: dict) -> list[dict]:
 def cell(host: dict, area: str) -> dict[str, Any]:
     """The matrix cell of one host and one area.
 
-    ``state`` is one of CELL_STATES: ``unreachable``/``failed`` (the host could not be audited), ``fail`` (worst
+    ``state`` is one of CELL_STATES: ``unreachable``/``failed``/``timeout``/``interrupted`` (the host was not
+    audited: DOWN_STATUSES), ``fail`` (worst
     severity among failing findings), ``warn`` (only warnings: worst severity among them, shown lighter), ``error``
     (a check could not run), ``pass`` (everything passed), ``skip`` (only skipped checks), ``none`` (no rule of
     this area ran). ``severity`` is set for fail and warn. ``counts`` counts the area's findings by status and
@@ -84,7 +91,7 @@ def cell(host: dict, area: str) -> dict[str, Any]:
         "counts": counts,
         "rules": [str(f.get("rule", "")) for f in failing],
     }
-    if host_status in ("unreachable", "failed"):
+    if host_status in DOWN_STATUSES:
         result["state"] = host_status
     elif counts["fail"]:
         result["state"] = "fail"
@@ -107,7 +114,7 @@ def summarize(hosts: dict[str, dict]) -> dict[str, Any]:
     Host counts by status; findings (fail + warn) by severity and by area; every rule result by status. Findings of
     a failed host that returned some are counted too. Values outside the schema's enums are not counted.
     """
-    host_counts = {"total": 0, "ok": 0, "failed": 0, "unreachable": 0}
+    host_counts = {key: 0 for key in HOST_COUNT_KEYS}
     by_severity = {s: 0 for s in SEVERITIES}
     by_area = {a: 0 for a in AREAS}
     by_status = {s: 0 for s in STATUSES}
@@ -215,11 +222,13 @@ class _Checker:
             self.add(f"{path}.{key}", f"{value!r} is not one of {', '.join(choices)}")
         return value
 
-    def counts(self, obj: Any, path: str, keys: tuple) -> dict | None:
+    def counts(self, obj: Any, path: str, keys: tuple, optional: tuple = ()) -> dict | None:
         if not isinstance(obj, dict):
             self.add(path, f"expected an object, got {_kind(obj)}")
             return None
         for key in keys:
+            if key in optional and key not in obj:
+                continue
             value = self.typed(obj, key, path, (int,), "an integer")
             if value is not None and value < 0:
                 self.add(f"{path}.{key}", f"must be >= 0, got {value}")
@@ -275,6 +284,8 @@ def validate(report: Any) -> list[str]:
             if not isinstance(src, str):
                 c.add(f"run.policy_sources[{i}]", f"expected a string, got {_kind(src)}")
         c.typed(run, "complete", "run", (bool,), "a boolean")
+        # Why a run is incomplete (e.g. interrupted by SIGINT); absent in older reports.
+        c.typed(run, "incomplete_reason", "run", (str, type(None)), "a string or null", optional=True)
         c.typed(run, "controller", "run", (str,), "a string")
 
     catalog_ids: set[str] = set()
@@ -303,7 +314,7 @@ def validate(report: Any) -> list[str]:
 
     summary = c.typed(report, "summary", "report", (dict,), "an object")
     if summary is not None:
-        host_counts = c.counts(summary.get("hosts"), "summary.hosts", ("total", "ok", "failed", "unreachable"))
+        host_counts = c.counts(summary.get("hosts"), "summary.hosts", HOST_COUNT_KEYS, OPTIONAL_HOST_COUNT_KEYS)
         findings = summary.get("findings")
         if not isinstance(findings, dict):
             c.add("summary.findings", f"expected an object, got {_kind(findings)}")

@@ -38,7 +38,17 @@ _STATE_COLOR = {
     "error": "\x1b[35m",
     "unreachable": "\x1b[1;35m",
     "failed": "\x1b[1;35m",
+    "timeout": "\x1b[1;35m",
+    "interrupted": "\x1b[1;33m",
     "ok": "\x1b[32m",
+}
+
+
+_DOWN_LABELS = {
+    "unreachable": "UNREACHABLE",
+    "failed": "AUDIT FAILED",
+    "timeout": "TIMED OUT",
+    "interrupted": "NOT AUDITED (run interrupted)",
 }
 
 
@@ -78,7 +88,7 @@ def _cell_text(c: dict) -> tuple[str, str | None]:
         if counts["warn"] > 1:
             text += f" ({counts['warn']})"
         return text, _SEVERITY_COLOR.get(sev, "").replace("1;", "") or None
-    if state in ("unreachable", "failed"):
+    if state in schema.DOWN_STATUSES:
         return "--", "\x1b[2m"
     return {"pass": "ok", "skip": "skip", "none": "-", "error": "ERROR"}[state], _STATE_COLOR.get(state)
 
@@ -120,6 +130,8 @@ def render_terminal(report: dict, color: bool = False) -> str:
     if run.get("complete") is False:
         out.append(paint("INCOMPLETE RUN: the audit was interrupted or partial; results below are not the whole fleet.",
                          "\x1b[1;33m"))
+        if run.get("incomplete_reason"):
+            out.append(paint(f"  ({clean(run['incomplete_reason'])})", "\x1b[1;33m"))
     out.append("")
 
     host_w = min(max([4] + [len(clean(n)) for n in names]), MAX_HOST_WIDTH)
@@ -157,7 +169,7 @@ def render_terminal(report: dict, color: bool = False) -> str:
             line += f"  ({clean(info)})"
         out.append(line)
         if status != "ok":
-            label = "UNREACHABLE" if status == "unreachable" else "AUDIT FAILED"
+            label = _DOWN_LABELS.get(str(status), "AUDIT FAILED")
             out.append("  " + paint(label, _STATE_COLOR.get(str(status))) + ": "
                        + clean(host.get("message") or "no message"))
         for f in shown:
@@ -180,7 +192,11 @@ def render_terminal(report: dict, color: bool = False) -> str:
     s = schema.summarize(hosts)
     h, fs = s["hosts"], s["findings"]
     out.append("")
-    out.append(f"hosts: {h['total']} ({h['ok']} ok, {h['failed']} failed, {h['unreachable']} unreachable)")
+    line = f"hosts: {h['total']} ({h['ok']} ok, {h['failed']} failed, {h['unreachable']} unreachable"
+    for key, label in (("timeout", "timed out"), ("interrupted", "not audited (interrupted)")):
+        if h.get(key):
+            line += f", {h[key]} {label}"
+    out.append(line + ")")
     sev_text = ", ".join(paint(f"{n} {sev}", _SEVERITY_COLOR[sev] if n else None)
                          for sev, n in fs["by_severity"].items())
     out.append(f"findings: {sum(fs['by_severity'].values())} ({sev_text})")
