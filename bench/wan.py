@@ -287,7 +287,7 @@ class Lab:
     def ping(self, i: int) -> dict[str, Any]:
         """RTT A->B with -U (user-to-user: includes delay added on the receiving side)."""
         res = self.nsexec(
-            self.ns(f"a{i}"), "ping", "-U", "-q", "-c", "4", "-i", "0.05", "-W", "2", self.addr("b", i), check=False
+            self.ns(f"a{i}"), "ping", "-U", "-q", "-c", "3", "-i", "0.02", "-W", "2", self.addr("b", i), check=False
         )
         m = re.search(r"= ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms", res.stdout)
         rx = re.search(r"(\d+) received", res.stdout)
@@ -435,6 +435,7 @@ def emu_summary(st: dict[str, Any], kq0: dict, kq1: dict) -> dict[str, Any]:
     }
     return {
         "a2b_wire_mbps": round(wire * 8 / span / 1e6, 1) if span > 0 else None,
+        "a2b_peak_100ms_mbps": d["peak_mbps"],
         "a2b_in_pkts": d["in_pkts"],
         "a2b_drop_loss": d["drop_loss"],
         "a2b_drop_buffer": d["drop_buffer"],
@@ -448,29 +449,24 @@ def emu_summary(st: dict[str, Any], kq0: dict, kq1: dict) -> dict[str, Any]:
     }
 
 
-def capacity_check(lab: Lab, i: int, seconds: int = 3) -> dict[str, Any]:
-    """Offer more than the bottleneck (UDP at 1.2 Gbit/s) and see whether the emulator forwards at its rate
-    without the kernel dropping queued packets (which it does when the emulator falls behind)."""
-    server = lab.spawn(lab.ns(f"b{i}"), ["iperf3", "-s", "-1", "-B", lab.addr("b", i)], "iperf3-udp")
-    time.sleep(0.3)
+def capacity_check(lab: Lab, i: int, bbr: bool, seconds: int = 4) -> dict[str, Any]:
+    """Offer the bottleneck more than it can carry (4 TCP streams, BBR, large buffers, no loss) and see whether the
+    emulator forwards at its rate, releases packets on time and never lets the kernel's queue overflow (which is
+    what happens when it falls behind, e.g. starved of CPU)."""
+    lab.flush_metrics(i)
     kq0 = lab.kernel_queue()
     lab.emu_cmd("reset")
-    cmd = ["iperf3", "-c", lab.addr("b", i), "-u", "-b", "1200M", "-l", "1472", "-t", str(seconds), "-J"]
-    res = lab.nsexec(lab.ns(f"a{i}"), *cmd, check=False, timeout=seconds + 60)
+    cmd = ["iperf3", "-c", lab.addr("b", i), "-t", str(seconds), "-P", "4", "-J"] + ([] if bbr else ["-C", "bbr"])
+    lab.nsexec(lab.ns(f"a{i}"), *cmd, check=False, timeout=seconds + 60)
     st, kq1 = lab.emu_stats(), lab.kernel_queue()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        server.wait(timeout=5)
     d = st["a2b"]
-    span_in = (st["now_ns"] - d["first_in_ns"]) / 1e9
-    offered = None
-    with contextlib.suppress(Exception):
-        offered = json.loads(res.stdout)["end"]["sum"]["bits_per_second"] / 1e6
+    span_in = (d["last_out_ns"] - d["first_in_ns"]) / 1e9
     summary = emu_summary(st, kq0, kq1)
     summary.update(
-        offered_udp_mbps=round(offered, 1) if offered else None,
-        offered_wire_mbps_at_emulator=round((d["in_bytes"] + st["overhead"] * d["in_pkts"]) * 8 / span_in / 1e6, 1)
+        offered_wire_mbps=round((d["in_bytes"] + st["overhead"] * d["in_pkts"]) * 8 / span_in / 1e6, 1)
         if span_in > 0
         else None,
+        peak_100ms_mbps=d["peak_mbps"],
         emulator_rate_mbps=st["rate_bps"] / 1e6,
     )
     summary["late_over_1ms_pct"] = round(
@@ -480,8 +476,7 @@ def capacity_check(lab: Lab, i: int, seconds: int = 3) -> dict[str, Any]:
         summary["kernel_dropped"] == 0
         and summary["drop_ring"] == 0
         and summary["late_over_1ms_pct"] < 1
-        and summary["a2b_wire_mbps"]
-        and summary["a2b_wire_mbps"] >= 0.97 * min(st["rate_bps"] / 1e6, summary["offered_wire_mbps_at_emulator"] or 0)
+        and d["peak_mbps"] >= 0.95 * st["rate_bps"] / 1e6
     )
     return summary
 
@@ -547,11 +542,13 @@ def cmd_iperf(args: argparse.Namespace) -> int:
             for c in configs:
                 lab.spawn(lab.ns(f"b{pair[c]}"), ["iperf3", "-s", "-B", lab.addr("b", pair[c])], f"iperf3-{c}")
             time.sleep(0.5)
-            log("emulator capacity check: UDP offered at 1.2 Gbit/s for 3 s, loss 0 ...")
-            cap = capacity_check(lab, pair[configs[0]])
+            log("emulator capacity check: 4 TCP streams (BBR, large buffers) for 4 s, loss 0 ...")
+            cap_pair = pair.get("gpufleet", 1)
+            cap = capacity_check(lab, cap_pair, bbr="gpufleet" in pair)
             log(
-                f"  offered {fmt(cap['offered_wire_mbps_at_emulator'])} Mbit/s at the emulator, forwarded "
-                f"{fmt(cap['a2b_wire_mbps'])} (rate {cap['emulator_rate_mbps']:.0f}), buffer drops "
+                f"  offered {fmt(cap['offered_wire_mbps'])} Mbit/s at the emulator, forwarded "
+                f"{fmt(cap['a2b_wire_mbps'])} on average, best 100 ms {fmt(cap['peak_100ms_mbps'])} "
+                f"(rate {cap['emulator_rate_mbps']:.0f}), buffer drops "
                 f"{cap['a2b_drop_buffer']}, kernel queue drops {cap['kernel_dropped']}, late max "
                 f"{cap['late_max_ms']} ms, late > 1 ms {cap['late_over_1ms_pct']} % "
                 f"-> {'keeps up' if cap['keeps_up'] else 'DOES NOT keep up (CPU-starved?)'}"
@@ -711,8 +708,8 @@ def print_iperf(result: dict[str, Any]) -> None:
         print(f"  {t['what']}: {shown} (target {t['target']}): {'met' if t['met'] else 'MISSED'}")
     cap = result.get("capacity_check") or {}
     print(
-        f"  emulator: forwarded {fmt(cap.get('a2b_wire_mbps'))} Mbit/s of "
-        f"{fmt(cap.get('offered_wire_mbps_at_emulator'))} offered; kernel queue drops over all runs: "
+        f"  emulator: best 100 ms {fmt(cap.get('peak_100ms_mbps'))} Mbit/s of {fmt(cap.get('emulator_rate_mbps'))} "
+        f"({'keeps up' if cap.get('keeps_up') else 'did NOT keep up'}); kernel queue drops over all runs: "
         f"{sum(r['emulator']['kernel_dropped'] for r in result['runs'])}; load average before/after "
         f"{result['load_average_before'][0]:.1f}/{result['load_average_after'][0]:.1f}; {result['seconds']:.0f} s"
     )
@@ -762,11 +759,27 @@ def sshd_log_counts(text: str) -> dict[str, int]:
     }
 
 
+# What runs over the link. "audit" is the product's main job (one module call per host, gather_facts: false);
+# "tune-check" is a play as people write them (no gather_facts line: Ansible's default gathers facts), the
+# network_tuning role in check mode, changing nothing on the target.
+TUNE_CHECK_PLAY = """- name: Long-haul network tuning, check mode (a play without a gather_facts line)
+  hosts: all
+  roles:
+    - role: gpufleet.tuning.network_tuning
+      vars:
+        network_tuning_load_bbr: false
+"""
+WORKLOADS = {
+    "audit": "playbooks/audit.yml: the audit, one module call, report on the controller",
+    "tune-check": "roles/network_tuning in --check, in a play that leaves fact gathering to the config",
+}
+
+
 def ansible_run(
-    lab: Lab, contender: str, cfg: str, r: int, rtt: float, inv: Path, tmp: Path, sshd_log: Path
+    lab: Lab, workload: str, contender: str, cfg: str, r: int, rtt: float, inv: Path, tmp: Path, sshd_log: Path
 ) -> dict[str, Any]:
-    """One cold audit: ansible-playbook playbooks/audit.yml from namespace a1 to the container, ANSIBLE_CONFIG=cfg."""
-    tag = f"{contender}-{rtt:g}-{r}"
+    """One cold run of a workload from namespace a1 to the container with ANSIBLE_CONFIG=cfg."""
+    tag = f"{workload}-{contender}-{rtt:g}-{r}"
     cp_dir = tmp / f"cp-{tag}"  # a fresh ControlPath dir: every run starts cold, as a new audit does
     cp_dir.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
@@ -777,9 +790,13 @@ def ansible_run(
         ANSIBLE_NOCOLOR="1",
     )
     report_dir = tmp / f"reports-{tag}"
-    playbook = str(REPO / "playbooks" / "audit.yml")
-    cmd = ["ip", "netns", "exec", lab.ns("a1"), str(VENV_BIN / "ansible-playbook"), "-i", str(inv), playbook]
-    cmd += ["-e", f"gpufleet_report_dir={report_dir}"]
+    cmd = ["ip", "netns", "exec", lab.ns("a1"), str(VENV_BIN / "ansible-playbook"), "-i", str(inv)]
+    if workload == "audit":
+        cmd += [str(REPO / "playbooks" / "audit.yml"), "-e", f"gpufleet_report_dir={report_dir}"]
+    else:
+        play = tmp / "tune-check.yml"
+        play.write_text(TUNE_CHECK_PLAY)
+        cmd += [str(play), "--check"]
     ping = lab.ping(1)
     offset = sshd_log.stat().st_size
     lab.emu_cmd("reset")
@@ -797,9 +814,16 @@ def ansible_run(
     (WORK / f"ansible-{tag}-{lab.token}.log").write_text(res.stdout + res.stderr)
     ok = False
     with contextlib.suppress(Exception):
-        rep = json.loads((report_dir / "latest" / "report.json").read_text())
-        ok = res.returncode == 0 and rep["summary"]["hosts"]["ok"] == 1
+        if workload == "audit":
+            rep = json.loads((report_dir / "latest" / "report.json").read_text())
+            ok = res.returncode == 0 and rep["summary"]["hosts"]["ok"] == 1
+        else:
+            ok = res.returncode == 0 and bool(re.search(r"wan-target\s+: ok=\d+ .*failed=0", res.stdout))
+    tasks = re.search(
+        r"wan-target\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=\d+\s+failed=\d+\s+skipped=(\d+)", res.stdout
+    )
     return {
+        "workload": workload,
         "contender": contender,
         "rtt_ms": rtt,
         "run": r,
@@ -811,6 +835,7 @@ def ansible_run(
         "syns": st["a2b"]["syns"],
         "packets": st["a2b"]["in_pkts"] + st["b2a"]["in_pkts"],
         "turns": st["a2b"]["turns"],
+        "tasks_ok_changed_skipped": [int(x) for x in tasks.groups()] if tasks else None,
         "load1": round(os.getloadavg()[0], 2),
     }
 
@@ -824,6 +849,10 @@ def cmd_ansible(args: argparse.Namespace) -> int:
     image = sshd_image()
     lab = Lab(1, 1500, args.rtt_ms / 2, args.rate_mbit, args.buffer_ms, args.emu_rt)
     contenders = {"shipped": str(REPO / "ansible.cfg"), "defaults": None}
+    workloads = [w for w in args.workloads.split(",") if w]
+    for w in workloads:
+        if w not in WORKLOADS:
+            sys.exit(f"wan.py: unknown workload {w!r} (choose from {', '.join(WORKLOADS)})")
     runs: list[dict[str, Any]] = []
     result: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="gpufleet-wan-") as tmpdir:
@@ -889,18 +918,20 @@ def cmd_ansible(args: argparse.Namespace) -> int:
             for r in range(1, args.runs + 1):
                 for rtt in rtts:
                     lab.emu_cmd(f"delay {rtt / 2}")
-                    for c in contenders:
-                        entry = ansible_run(lab, c, contenders[c] or str(empty_cfg), r, rtt, inv, tmp, sshd_log)
-                        runs.append(entry)
-                        log(
-                            f"RTT {rtt:3.0f} ms run {r} {c:8s}: {entry['wall_s']:6.2f} s "
-                            f"{'ok' if entry['ok'] else 'FAILED'}, TCP connections {entry['syns']} "
-                            f"(sshd: {entry['tcp_connections']}), exec {entry['exec_requests']}, "
-                            f"sftp {entry['sftp_sessions']}, client turns {entry['turns']}, packets "
-                            f"{entry['packets']}, ping {fmt(entry['ping_ms'])} ms, load {entry['load1']}"
-                        )
+                    for w in workloads:
+                        for c in contenders:
+                            cfg = contenders[c] or str(empty_cfg)
+                            entry = ansible_run(lab, w, c, cfg, r, rtt, inv, tmp, sshd_log)
+                            runs.append(entry)
+                            log(
+                                f"{w:10s} RTT {rtt:3.0f} ms run {r} {c:8s}: {entry['wall_s']:6.2f} s "
+                                f"{'ok' if entry['ok'] else 'FAILED'}, TCP connections {entry['syns']} "
+                                f"(sshd: {entry['tcp_connections']}), exec {entry['exec_requests']}, "
+                                f"sftp {entry['sftp_sessions']}, client turns {entry['turns']}, packets "
+                                f"{entry['packets']}, ping {fmt(entry['ping_ms'])} ms, load {entry['load1']}"
+                            )
             shutil.copy(sshd_log, WORK / f"sshd-{lab.token}.log")
-            result = summarise_ansible(args, runs, image)
+            result = summarise_ansible(args, workloads, runs, image)
             result.update(
                 load_average_before=[round(x, 2) for x in load_before],
                 load_average_after=[round(x, 2) for x in os.getloadavg()],
@@ -916,28 +947,46 @@ def cmd_ansible(args: argparse.Namespace) -> int:
     return 0 if runs and all(r["ok"] for r in runs) else 1
 
 
-def summarise_ansible(args, runs, image) -> dict[str, Any]:
+def summarise_ansible(args, workloads, runs, image) -> dict[str, Any]:
     keys = ("wall_s", "syns", "tcp_connections", "exec_requests", "sftp_sessions", "turns", "packets")
-    med: dict[str, dict[str, Any]] = {}
-    for rtt in sorted({r["rtt_ms"] for r in runs}, reverse=True):
-        for c in ("shipped", "defaults"):
-            ok = [r for r in runs if r["contender"] == c and r["rtt_ms"] == rtt and r["ok"]]
-            med[f"{c}@{rtt:g}"] = {k: median([r[k] for r in ok]) for k in keys} | {
-                "contender": c,
-                "rtt_ms": rtt,
-                "runs_ok": len(ok),
-            }
 
     def ratio(a: float | None, b: float | None) -> float | None:
         return a / b if a and b else None
 
+    out: dict[str, Any] = {}
     long, zero = f"{args.rtt_ms:g}", "0"
-    speedup = ratio(med[f"defaults@{long}"]["wall_s"], med[f"shipped@{long}"]["wall_s"])
-    network: dict[str, float | None] = {}
-    if f"shipped@{zero}" in med:
-        for c in ("shipped", "defaults"):
-            w1, w0 = med[f"{c}@{long}"]["wall_s"], med[f"{c}@{zero}"]["wall_s"]
-            network[c] = w1 - w0 if w1 is not None and w0 is not None else None
+    for w in workloads:
+        med: dict[str, dict[str, Any]] = {}
+        for rtt in sorted({r["rtt_ms"] for r in runs}, reverse=True):
+            for c in ("shipped", "defaults"):
+                ok = [r for r in runs if (r["workload"], r["contender"], r["rtt_ms"]) == (w, c, rtt) and r["ok"]]
+                med[f"{c}@{rtt:g}"] = {k: median([r[k] for r in ok]) for k in keys} | {
+                    "contender": c,
+                    "rtt_ms": rtt,
+                    "runs_ok": len(ok),
+                }
+        speedup = ratio(med[f"defaults@{long}"]["wall_s"], med[f"shipped@{long}"]["wall_s"])
+        network: dict[str, float | None] = {}
+        if f"shipped@{zero}" in med:
+            for c in ("shipped", "defaults"):
+                w1, w0 = med[f"{c}@{long}"]["wall_s"], med[f"{c}@{zero}"]["wall_s"]
+                network[c] = w1 - w0 if w1 is not None and w0 is not None else None
+        out[w] = {
+            "what": WORKLOADS[w],
+            "medians": med,
+            "speedup": speedup,
+            "network_seconds": network,
+            "network_speedup": ratio(network.get("defaults"), network.get("shipped")),
+        }
+    targets = [
+        {
+            "what": f"{w}: defaults ÷ shipped wall at {long} ms",
+            "target": f"≥ {TARGETS['ansible_speedup_min']}×",
+            "value": out[w]["speedup"],
+            "met": bool(out[w]["speedup"] and out[w]["speedup"] >= TARGETS["ansible_speedup_min"]),
+        }
+        for w in workloads
+    ]
     return {
         "benchmark": "wan-ansible",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -948,23 +997,13 @@ def summarise_ansible(args, runs, image) -> dict[str, Any]:
             "rate_mbit": args.rate_mbit,
             "loss": args.loss,
             "runs": args.runs,
-            "playbook": "playbooks/audit.yml",
+            "workloads": workloads,
             "sample_seconds": args.sample_seconds,
             "image": image,
             "reference_rtt0": args.rtt0,
         },
-        "medians": med,
-        "speedup": speedup,
-        "network_seconds": network,
-        "network_speedup": ratio(network.get("defaults"), network.get("shipped")),
-        "targets": [
-            {
-                "what": f"defaults ÷ shipped wall at {long} ms",
-                "target": f"≥ {TARGETS['ansible_speedup_min']}×",
-                "value": speedup,
-                "met": bool(speedup and speedup >= TARGETS["ansible_speedup_min"]),
-            }
-        ],
+        "workloads": out,
+        "targets": targets,
         "runs": runs,
     }
 
@@ -972,29 +1011,32 @@ def summarise_ansible(args, runs, image) -> dict[str, Any]:
 def print_ansible(result: dict[str, Any]) -> None:
     if not result:
         return
-    p, med = result["params"], result["medians"]
+    p = result["params"]
     print(
-        f"\n{p['playbook']} over SSH to one container, loss {pct(p['loss'])}, medians of {p['runs']} cold runs "
-        f"(sample_seconds {p['sample_seconds']}):\n"
+        f"\nOver SSH to one container, loss {pct(p['loss'])}, medians of {p['runs']} cold runs (audit "
+        f"sample_seconds {p['sample_seconds']}):\n"
     )
-    print("| RTT | ansible config | wall s | TCP connections | SSH exec requests | SFTP sessions | turns | packets |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|")
-    for m in med.values():
-        label = "shipped ansible.cfg" if m["contender"] == "shipped" else "Ansible defaults (empty cfg)"
-        print(
-            f"| {m['rtt_ms']:g} ms | {label} | {m['wall_s'] or 0:.2f} | {fmt(m['syns'])} | {fmt(m['exec_requests'])} | "
-            f"{fmt(m['sftp_sessions'])} | {fmt(m['turns'])} | {fmt(m['packets'])} |"
-        )
-    t = result["targets"][0]
-    shown = "–" if t["value"] is None else f"{t['value']:.2f}×"
-    print(f"\n  {t['what']}: {shown} (target {t['target']}): {'met' if t['met'] else 'MISSED'}")
-    net = result.get("network_seconds") or {}
-    if net.get("shipped") is not None and net.get("defaults") is not None:
-        ns = result["network_speedup"]
-        print(
-            f"  time the {p['rtt_ms']:g} ms link adds (wall at {p['rtt_ms']:g} ms − wall at 0 ms): shipped "
-            f"{net['shipped']:.2f} s, defaults {net['defaults']:.2f} s" + (f" ({ns:.2f}×)" if ns else "")
-        )
+    print("| workload | RTT | ansible config | wall s | TCP conns | SSH exec | SFTP | client turns | packets |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    for w, res in result["workloads"].items():
+        for m in res["medians"].values():
+            label = "shipped ansible.cfg" if m["contender"] == "shipped" else "Ansible defaults"
+            print(
+                f"| {w} | {m['rtt_ms']:g} ms | {label} | {m['wall_s'] or 0:.2f} | {fmt(m['syns'])} | "
+                f"{fmt(m['exec_requests'])} | {fmt(m['sftp_sessions'])} | {fmt(m['turns'])} | {fmt(m['packets'])} |"
+            )
+    print()
+    for t in result["targets"]:
+        shown = "–" if t["value"] is None else f"{t['value']:.2f}×"
+        print(f"  {t['what']}: {shown} (target {t['target']}): {'met' if t['met'] else 'MISSED'}")
+    for w, res in result["workloads"].items():
+        net = res["network_seconds"]
+        if net.get("shipped") is not None and net.get("defaults") is not None:
+            ns = res["network_speedup"]
+            print(
+                f"  {w}: time the {p['rtt_ms']:g} ms link adds (wall at {p['rtt_ms']:g} ms − wall at 0 ms): shipped "
+                f"{net['shipped']:.2f} s, defaults {net['defaults']:.2f} s" + (f" ({ns:.2f}×)" if ns else "")
+            )
     print(
         f"  load average before/after {result['load_average_before'][0]:.1f}/{result['load_average_after'][0]:.1f}; "
         f"{result['seconds']:.0f} s"
@@ -1055,6 +1097,7 @@ def main(argv: list[str] | None = None) -> int:
     q = sub.add_parser("ansible", parents=[link], help="playbooks/audit.yml over SSH: shipped ansible.cfg vs defaults")
     q.add_argument("--loss", type=float, default=0.0, help="random loss rate (default 0)")
     q.add_argument("--sample-seconds", type=float, default=1.0, help="the audit's swap-rate sample (default 1.0)")
+    q.add_argument("--workloads", default=",".join(WORKLOADS), help="default audit,tune-check")
     q.add_argument(
         "--no-rtt0",
         dest="rtt0",

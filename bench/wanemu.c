@@ -60,6 +60,8 @@ struct dir {
 	/* counters */
 	uint64_t in_pkts, in_bytes, out_pkts, out_bytes, drop_loss, drop_buffer, drop_ring, syns, bad;
 	uint64_t payload_pkts, turns; /* turns: payload packets whose previous payload packet went the other way */
+	uint64_t win_start_ns, win_bytes; /* wire bytes released in the current 100 ms window */
+	double peak_bps;                  /* the best 100 ms window so far */
 	uint64_t first_in_ns, first_out_ns, last_out_ns;
 	uint64_t late_max_ns, late_sum_ns, late_over_1ms, qdelay_max_ns, held_max;
 };
@@ -94,6 +96,8 @@ static void reset_counters(void)
 		d->in_pkts = d->in_bytes = d->out_pkts = d->out_bytes = 0;
 		d->drop_loss = d->drop_buffer = d->drop_ring = d->syns = d->bad = 0;
 		d->payload_pkts = d->turns = 0;
+		d->win_start_ns = d->win_bytes = 0;
+		d->peak_bps = 0;
 		d->first_in_ns = d->first_out_ns = d->last_out_ns = 0;
 		d->late_max_ns = d->late_sum_ns = d->late_over_1ms = d->qdelay_max_ns = 0;
 		d->held_max = d->tail - d->head;
@@ -187,6 +191,16 @@ static int64_t release_due(void)
 				d->late_over_1ms++;
 			last = h->id;
 			d->out_bytes += h->len;
+			if (!d->win_start_ns)
+				d->win_start_ns = t;
+			if (t - d->win_start_ns >= 100000000ull) {
+				double bps = d->win_bytes * 8e9 / (double)(t - d->win_start_ns);
+				if (bps > d->peak_bps)
+					d->peak_bps = bps;
+				d->win_start_ns = t;
+				d->win_bytes = 0;
+			}
+			d->win_bytes += h->len + overhead;
 			n++;
 			d->head++;
 		}
@@ -219,11 +233,11 @@ static void print_stats(void)
 		       ", \"not_ipv4\": %" PRIu64 ", \"payload_pkts\": %" PRIu64 ", \"turns\": %" PRIu64
 		       ", \"first_in_ns\": %" PRIu64 ", \"first_out_ns\": %" PRIu64
 		       ", \"last_out_ns\": %" PRIu64 ", \"late_max_us\": %.1f, \"late_mean_us\": %.1f"
-		       ", \"late_over_1ms\": %" PRIu64 ", \"qdelay_max_ms\": %.3f}",
+		       ", \"late_over_1ms\": %" PRIu64 ", \"qdelay_max_ms\": %.3f, \"peak_mbps\": %.1f}",
 		       d->name, d->in_pkts, d->in_bytes, d->out_bytes, d->out_pkts, d->tail - d->head, d->held_max,
 		       d->drop_loss, d->drop_buffer, d->drop_ring, d->syns, d->bad, d->payload_pkts, d->turns, d->first_in_ns, d->first_out_ns,
 		       d->last_out_ns, d->late_max_ns / 1e3, d->out_pkts ? d->late_sum_ns / 1e3 / d->out_pkts : 0.0,
-		       d->late_over_1ms, d->qdelay_max_ns / 1e6);
+		       d->late_over_1ms, d->qdelay_max_ns / 1e6, d->peak_bps / 1e6);
 	}
 	printf(", \"now_ns\": %" PRIu64 "}\n", now_ns());
 	fflush(stdout);
