@@ -113,6 +113,28 @@ def read_runtime(fs, key):
     return normalize(text), None
 
 
+_HOST_ONLY = "it is global or hidden in this network namespace or container, and must be set on the host"
+
+
+def settable(fs, key):
+    """None, or why the runtime value cannot be set here, found without writing (so check mode knows it too).
+
+    A key the kernel serves read-only (no write bit, e.g. net.core.rmem_max in a child network namespace) or one on
+    a read-only mount (a container's /proc/sys) cannot be set, even by root.
+    """
+    path = fs.path(proc_path(key))
+    try:
+        mode = os.stat(path).st_mode
+        read_only_mount = os.statvfs(path).f_flag & os.ST_RDONLY
+    except (IOError, OSError) as exc:
+        return "read-only or absent here (%s): %s" % (os.strerror(exc.errno), _HOST_ONLY)
+    if not mode & 0o222:
+        return "read-only or absent here (read-only file): %s" % _HOST_ONLY
+    if read_only_mount:
+        return "read-only or absent here (read-only file system): %s" % _HOST_ONLY
+    return None
+
+
 def write_runtime(fs, key, value):
     """Write a runtime value; returns None or the reason it cannot be set here."""
     path = fs.path(proc_path(key))
@@ -121,10 +143,7 @@ def write_runtime(fs, key, value):
             f.write(str(value) + "\n")
     except (IOError, OSError) as exc:
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT):
-            return (
-                "read-only or absent here (%s): it is global or hidden in this network namespace or "
-                "container, and must be set on the host" % (os.strerror(exc.errno))
-            )
+            return "read-only or absent here (%s): %s" % (os.strerror(exc.errno), _HOST_ONLY)
         return "cannot write %s: %s" % (proc_path(key), exc)
     return None
 

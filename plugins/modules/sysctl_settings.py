@@ -177,6 +177,13 @@ def main():
         if reason is not None:
             not_settable[key] = reason + ": must be set on the host"
         elif p["apply"] and before != settings[key]:
+            # Known before any write, so that check mode predicts what the real run can set.
+            blocked = sysctl.settable(fs, key)
+            if blocked is not None:
+                not_settable[key] = blocked
+                entry["after"] = before
+                runtime[key] = entry
+                continue
             entry["changed"] = True
             if not module.check_mode:
                 rollback.record_for(module, [{"kind": "sysctl", "key": key, "value": before, "root": p["root"]}])

@@ -35,14 +35,26 @@ def system_python_without_pynvml():
     return SYSTEM_PYTHON
 
 
-def test_prereqs_installs_offline_and_is_idempotent(system_python_without_pynvml, tmp_path):
+ROLE_ONLY = """
+- name: Prereqs
+  hosts: all
+  gather_facts: false
+  roles:
+    - role: gpufleet.tuning.prereqs
+"""
+
+
+CONTROLLER_TASKS = {"Download the wheel on the controller", "Unpack the wheel on the controller"}
+
+
+def _inventory(tmp_path: Path, python: str) -> Path:
     inv = {
         "all": {
             "hosts": {
                 "t1": {
                     "ansible_connection": "local",
-                    "ansible_python_interpreter": system_python_without_pynvml,
-                    "prereqs_python": system_python_without_pynvml,
+                    "ansible_python_interpreter": python,
+                    "prereqs_python": python,
                     "prereqs_venv": str(tmp_path / "venv"),
                     "prereqs_controller_cache": str(tmp_path / "cache"),
                 }
@@ -50,17 +62,27 @@ def test_prereqs_installs_offline_and_is_idempotent(system_python_without_pynvml
         }
     }
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
+    return tmp_path / "hosts.yml"
+
+
+def _run(play: Path, inventory: Path, check: bool = False):
+    events = []
+    result = run_playbook(str(play), str(inventory), on_event=events.append, check=check, diff=True)
+    changed = [
+        (e["event_data"]["task"], (e["event_data"].get("res") or {}).get("diff"))
+        for e in events
+        if e.get("event") == "runner_on_ok" and (e["event_data"].get("res") or {}).get("changed")
+    ]
+    return result, changed
+
+
+def test_prereqs_installs_offline_and_is_idempotent(system_python_without_pynvml, tmp_path):
+    inventory = _inventory(tmp_path, system_python_without_pynvml)
     (tmp_path / "play.yml").write_text(PLAY)
 
     def run():
-        events = []
-        result = run_playbook(str(tmp_path / "play.yml"), str(tmp_path / "hosts.yml"), on_event=events.append)
-        changed = [
-            e["event_data"]["task"]
-            for e in events
-            if e.get("event") == "runner_on_ok" and (e["event_data"].get("res") or {}).get("changed")
-        ]
-        return result, changed
+        result, changed = _run(tmp_path / "play.yml", inventory)
+        return result, [task for task, _diff in changed]
 
     first, changed = run()
     assert first.hosts["t1"].status == "ok", first.hosts["t1"].message
@@ -72,3 +94,24 @@ def test_prereqs_installs_offline_and_is_idempotent(system_python_without_pynvml
     second, changed = run()
     assert second.hosts["t1"].status == "ok"
     assert changed == []
+
+
+def test_prereqs_check_mode_is_a_promise(system_python_without_pynvml, tmp_path):
+    """--check writes nothing on the target and predicts, task by task and diff by diff, what the real run does."""
+    inventory = _inventory(tmp_path, system_python_without_pynvml)
+    (tmp_path / "role.yml").write_text(ROLE_ONLY)
+    checked, predicted = _run(tmp_path / "role.yml", inventory, check=True)
+    assert checked.hosts["t1"].status == "ok", checked.hosts["t1"].message
+    assert not (tmp_path / "venv").exists()
+    # The controller's wheel cache fills during check mode already (the target's diff needs the files).
+    predicted = [(task, diff) for task, diff in predicted if task not in CONTROLLER_TASKS]
+    real, done = _run(tmp_path / "role.yml", inventory)
+    assert real.hosts["t1"].status == "ok", real.hosts["t1"].message
+    assert [task for task, _ in done] == [task for task, _ in predicted]
+    assert "Create the gpufleet venv" in [task for task, _ in done]
+
+    def without_headers(diff):
+        parts = diff if isinstance(diff, list) else [diff]
+        return [{k: v for k, v in (p or {}).items() if not k.endswith("_header")} for p in parts]
+
+    assert [without_headers(d) for _, d in done] == [without_headers(d) for _, d in predicted]
