@@ -55,6 +55,7 @@ def test_remediate_then_rollback(tmp_path, profiles, sim_lib):
         "gpu_runtime_unit_dir": str(tmp_path / "units"),
         "gpu_runtime_state_dir": str(tmp_path / "var"),
         "gpufleet_rollback_dir": str(tmp_path / "rollback"),
+        "gpufleet_lock_path": str(tmp_path / "run" / "remediation.lock"),
     }
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"h": host}}}))
     before = _snapshot(root, state)
