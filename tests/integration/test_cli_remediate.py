@@ -39,11 +39,12 @@ def fleet(tmp_path_factory, sim_lib):
     demo.build(tmp / "fleet")
     inv = tmp / "inventory"
     shutil.copytree(REPO / "inventories" / "demo", inv)
-    gv = yaml.safe_load((inv / "group_vars" / "all.yml").read_text())
+    local = inv / "group_vars" / "all" / "local.yml"  # the local-connection part of the demo inventory
+    gv = yaml.safe_load(local.read_text())
     gv["gpufleet_demo_dir"] = str(tmp / "fleet")
     gv["gpufleet_ethtool_path"] = str(REPO / "tests/fixtures/ethtool/fake-ethtool")
     gv["gpufleet_environment"]["LD_LIBRARY_PATH"] = str(sim_lib.parent)
-    (inv / "group_vars" / "all.yml").write_text(yaml.safe_dump(gv))
+    local.write_text(yaml.safe_dump(gv))
     return tmp, inv / "hosts.yml"
 
 
