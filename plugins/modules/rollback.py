@@ -72,6 +72,10 @@ unchanged:
   description: Entries already at their prior value.
   returned: success
   type: list
+missing_record:
+  description: True when the task failed because this host has no record of O(run_id) (the run changed nothing here).
+  returned: failure
+  type: bool
 """
 
 import json
@@ -224,7 +228,9 @@ def main():
     try:
         data = rollback.load(p["rollback_dir"], run_id)
     except (IOError, OSError):
-        module.fail_json(msg="run_id: no record %s in %s" % (run_id, p["rollback_dir"]))
+        # missing_record: the CLI tells "this run never changed this host" (e.g. interrupted before it got here)
+        # from a real failure.
+        module.fail_json(msg="run_id: no record %s in %s" % (run_id, p["rollback_dir"]), missing_record=True)
     except ValueError as exc:
         module.fail_json(msg="run_id: record %s is not valid JSON: %s" % (run_id, exc))
 

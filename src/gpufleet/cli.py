@@ -1,7 +1,8 @@
 """`gpufleet`: audit a fleet of NVIDIA GPU servers through the gpufleet.tuning collection.
 
-Exit codes of `gpufleet audit`: 0 clean, 1 findings at or above --fail-on, 2 hosts unreachable or failed,
-3 usage error (bad inventory, policy file or report directory). A higher code wins: 3 > 2 > 1.
+Exit codes of `gpufleet audit`: 0 clean, 1 findings at or above --fail-on, 2 hosts unreachable, failed or timed
+out, 3 usage error (bad inventory, policy file or report directory), 130 interrupted (SIGINT/SIGTERM: a partial
+report marked incomplete was written). A higher code wins: 130 > 3 > 2 > 1.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_HOSTS = 2
 EXIT_USAGE = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 # Inventory variables merged, in this order, over the policy defaults (then --policy).
@@ -121,6 +123,8 @@ class Progress:
         if event["event"] != "runner_on_ok" or res.get("unreachable") or res.get("failed"):
             self.failed += 1
             what = "unreachable" if event["event"] == "runner_on_unreachable" else "FAILED"
+            if res.get("timedout"):
+                what = "timeout"
         else:
             statuses = [f.get("status") for f in res.get("findings") or []]
             what = f"{statuses.count('fail')} fail, {statuses.count('warn')} warn"
@@ -133,7 +137,7 @@ class Progress:
 
 def _exit_code(report: dict[str, Any], fail_on: str) -> int:
     hosts = report["summary"]["hosts"]
-    if hosts["failed"] or hosts["unreachable"]:
+    if any(hosts.get(status) for status in ("failed", "unreachable", "timeout", "interrupted")):
         return EXIT_HOSTS
     if fail_on != "none":
         worst = SEVERITIES.index(fail_on)
@@ -157,10 +161,39 @@ def _prepare(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[
     return overrides, _inventory_hosts(args.inventory, args.limit, overrides, args.policy)
 
 
+def _partial_report(args: argparse.Namespace, out: Path, result, host_names: list[str], started_at: str) -> dict:
+    """Write the report of an interrupted audit from the results that arrived (the playbook never got to write
+    one): hosts that answered as they answered, the others ``interrupted``; ``run.complete`` is false."""
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils import fleet
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
+
+    results = {}
+    for name in host_names:
+        host = result.hosts.get(name)
+        results[name] = host.results.get(AUDIT_TASK) if host is not None else None
+    answered = sum(1 for r in results.values() if r is not None)
+    report = fleet.build_report(
+        results,
+        started_at=started_at,
+        inventory=str(Path(args.inventory).resolve()),
+        limit=args.limit,
+        policy_sources=[str(Path(args.policy).resolve())] if args.policy else [],
+        complete=False,
+        incomplete_reason=f"interrupted by {result.interrupted} after {answered} of {len(results)} host(s) answered",
+    )
+    files = writer.write_all(report, out)
+    report["_files"] = {k: str(v) for k, v in files.items()}
+    return report
+
+
 def _run_audit(
     args: argparse.Namespace, out: Path, overrides: dict[str, Any], host_names: list[str], label: str = "auditing"
-) -> dict[str, Any] | None:
-    """Run playbooks/audit.yml; the report it wrote (report.json as a dict, plus its files), or None."""
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Run playbooks/audit.yml. Returns the report it wrote (report.json as a dict, plus its files under
+    ``_files``) or None, and the signal that interrupted the run (None if it ran to its end). An interrupted run
+    without a report gets a partial one, marked incomplete."""
+    from datetime import datetime, timezone
+
     from gpufleet.runner import run_playbook
 
     extravars = {
@@ -168,6 +201,9 @@ def _run_audit(
         "gpufleet_policy_overrides": overrides,
         "gpufleet_policy_sources": [str(Path(args.policy).resolve())] if args.policy else [],
     }
+    if getattr(args, "host_timeout", None):
+        extravars["gpufleet_host_timeout"] = args.host_timeout
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     print(f"gpufleet: {label} {len(host_names)} host(s) from {args.inventory}", file=sys.stderr)
     result = run_playbook(
         "audit.yml",
@@ -180,14 +216,18 @@ def _run_audit(
     )
     report_task = next((h.results[REPORT_TASK] for h in result.hosts.values() if REPORT_TASK in h.results), None)
     if not report_task or "files" not in report_task:
+        if result.interrupted:
+            print(f"gpufleet: interrupted ({result.interrupted}): writing a partial report", file=sys.stderr)
+            return _partial_report(args, out, result, host_names, started_at), result.interrupted
         print(
             f"gpufleet: the run ended without a report (ansible-playbook status {result.status}, rc {result.rc})",
             file=sys.stderr,
         )
-        return None
+        return None, None
     report = json.loads(Path(report_task["files"]["json"]).read_text())
     report["_files"] = report_task["files"]
-    return report
+    # Interrupted after the report was written: the audit itself is complete.
+    return report, None
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -195,13 +235,16 @@ def cmd_audit(args: argparse.Namespace) -> int:
     overrides, host_names = _prepare(args, out)
     from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import terminal
 
-    report = _run_audit(args, out, overrides, host_names)
+    report, interrupted = _run_audit(args, out, overrides, host_names)
     if report is None:
         return EXIT_HOSTS
     files = report.pop("_files")
     print(terminal.render_terminal(report, color=sys.stdout.isatty()))
     for kind, path in sorted(files.items()):
         print(f"{kind:>10}: {path}")
+    if interrupted:
+        print(f"gpufleet: interrupted by {interrupted}; the report above is partial", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return _exit_code(report, args.fail_on)
 
 
@@ -224,13 +267,16 @@ def remediation_summary(
         now = {f["rule"]: f for f in now_host["findings"] if f["status"] in ("fail", "warn")}
         entry = {
             "status_before": host["status"],
-            "status_after": now_host.get("status"),
+            "status_after": now_host.get("status") if after is not None or check else None,
             "changed_tasks": changes.get(name, []),
             "reboot_required": bool(reboot.get(name)),
         }
         if check:
             entry["would_fix"] = sorted(r for r, f in was.items() if _fixable(f))
             entry["manual"] = sorted(r for r, f in was.items() if not _fixable(f))
+        elif after is None or now_host.get("status") != "ok":
+            # Not audited afterwards (interrupted, or the host failed the second audit): nothing is known.
+            entry.update(fixed=None, remaining_auto=None, remaining_manual=None, new=None)
         else:
             entry["fixed"] = sorted(set(was) - set(now))
             entry["remaining_auto"] = sorted(r for r, f in now.items() if _fixable(f))
@@ -255,6 +301,12 @@ def render_remediation(summary: dict[str, Any]) -> str:
                 + (f"; manual: {', '.join(h['manual'])}" if h["manual"] else "")
             )
             continue
+        if h["fixed"] is None:
+            lines.append(
+                f"{name}: not audited afterwards; {len(h['changed_tasks'])} task(s) changed something"
+                + ("; reboot required" if h["reboot_required"] else "")
+            )
+            continue
         parts = [f"fixed {', '.join(h['fixed']) or 'nothing'}"]
         if h["remaining_auto"]:
             parts.append(f"still failing (auto-fixable): {', '.join(h['remaining_auto'])}")
@@ -276,7 +328,22 @@ def cmd_remediate(args: argparse.Namespace) -> int:
     run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(args.out).resolve() / f"remediation-{run_id}"
     overrides, host_names = _prepare(args, out)
-    before = _run_audit(args, out / "before", overrides, host_names, "auditing (before)")
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
+
+    def stopped(stage: str, signame: str, summary: dict[str, Any]) -> int:
+        """An interrupted remediation: remediation.json says where it stopped; nothing more runs."""
+        summary.update(run_id=run_id, complete=False, interrupted={"signal": signame, "stage": stage})
+        path = writer.write_atomic(out / "remediation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        if summary.get("hosts"):
+            print(render_remediation(summary))
+        print(f"gpufleet: interrupted by {signame} during {stage}; partial report: {path}", file=sys.stderr)
+        if stage != "audit-before":
+            print(f"undo what changed: gpufleet rollback --run {run_id}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+    before, interrupted = _run_audit(args, out / "before", overrides, host_names, "auditing (before)")
+    if interrupted:
+        return stopped("audit-before", interrupted, {"check": args.check, "before": None, "after": None, "hosts": {}})
     if before is None:
         return EXIT_HOSTS
     before.pop("_files")
@@ -293,6 +360,7 @@ def cmd_remediate(args: argparse.Namespace) -> int:
             if "gpufleet_reboot_required" in facts:
                 reboot[data["host"]] = bool(facts["gpufleet_reboot_required"])
 
+    lock_vars = {"gpufleet_lock_timeout": args.lock_timeout} if args.lock_timeout is not None else {}
     print(f"gpufleet: remediating{' (check mode)' if args.check else ''}, run {run_id}", file=sys.stderr)
     result = run_playbook(
         "remediate.yml",
@@ -304,18 +372,27 @@ def cmd_remediate(args: argparse.Namespace) -> int:
         diff=args.diff,
         quiet=not (args.verbose or args.diff),
         on_event=on_event,
-        extravars={"gpufleet_run_id": run_id, "gpufleet_policy_overrides": overrides},
+        extravars={"gpufleet_run_id": run_id, "gpufleet_policy_overrides": overrides, **lock_vars},
     )
     failed = {n: h.message for n, h in result.hosts.items() if h.status != "ok"}
+    if result.interrupted:
+        summary = remediation_summary(before, None, changes, reboot, args.check)
+        summary["failed"] = failed
+        return stopped("remediate", result.interrupted, summary)
     after = None
     if not args.check:
-        after = _run_audit(args, out / "after", overrides, host_names, "auditing (after)")
+        after, interrupted = _run_audit(args, out / "after", overrides, host_names, "auditing (after)")
         if after is not None:
             after.pop("_files")
+        if interrupted:
+            summary = remediation_summary(before, after, changes, reboot, args.check)
+            summary["failed"] = failed
+            return stopped("audit-after", interrupted, summary)
     summary = remediation_summary(before, after, changes, reboot, args.check)
     summary["run_id"] = run_id
     summary["failed"] = failed
-    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
+    summary["complete"] = True
+    summary["interrupted"] = None
 
     path = writer.write_atomic(out / "remediation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     print(render_remediation(summary))
@@ -337,9 +414,14 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         "rollback.yml", args.inventory, limit=args.limit, check=args.check, extravars=extravars, quiet=not args.verbose
     )
     code = EXIT_OK
+    unrecorded = []
     for name, host in sorted(result.hosts.items()):
         res = host.results.get("Restore the values recorded before the run") or {}
-        if host.status != "ok":
+        if host.status != "ok" and args.run and res.get("missing_record"):
+            # The run never changed this host (it was interrupted, limited or failed before it got here).
+            unrecorded.append(name)
+            print(f"{name}: run {args.run} changed nothing here (no record)")
+        elif host.status != "ok":
             code = EXIT_HOSTS
             print(f"{name}: rollback FAILED: {host.message}")
         else:
@@ -347,6 +429,9 @@ def cmd_rollback(args: argparse.Namespace) -> int:
                 f"{name}: run {res.get('run_id')}: restored {len(res.get('restored') or [])}, "
                 f"already as before {len(res.get('unchanged') or [])}"
             )
+    if unrecorded and len(unrecorded) == len(result.hosts):
+        print(f"gpufleet: no host has a record of run {args.run}: is the run id right?", file=sys.stderr)
+        return EXIT_HOSTS
     return code
 
 
@@ -391,6 +476,26 @@ def _fleet_args(parser: argparse.ArgumentParser, policy: bool = True) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="show Ansible's output")
 
 
+def _seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 second, got {value}")
+    return value
+
+
+def _host_timeout_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="a host that has not answered the audit after this long is reported as 'timeout' "
+        "(default: gpufleet_host_timeout, 120)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpufleet", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -408,6 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 when a finding fails at or above this severity (default: %(default)s)",
     )
     audit.add_argument("-f", "--forks", type=int, help="hosts audited in parallel (default: ansible.cfg)")
+    _host_timeout_arg(audit)
     audit.set_defaults(func=cmd_audit)
 
     rem = sub.add_parser("remediate", help="fix findings (roles by area and rule-id tags), audit before and after")
@@ -423,6 +529,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 when a finding still fails at or above this severity afterwards",
     )
     rem.add_argument("-f", "--forks", type=int, help="hosts changed in parallel")
+    _host_timeout_arg(rem)
+    rem.add_argument(
+        "--lock-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="wait this long for another remediation of the same host to finish (default: gpufleet_lock_timeout, 300)",
+    )
     rem.set_defaults(func=cmd_remediate)
 
     rb = sub.add_parser("rollback", help="restore what a remediation run changed")
@@ -454,9 +567,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, paths.CollectionNotFound, FileNotFoundError) as exc:
         print(f"gpufleet: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # outside a playbook run (those stop gracefully and write a partial report)
         print("gpufleet: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

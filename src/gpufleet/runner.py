@@ -1,12 +1,24 @@
-"""Run gpufleet playbooks through ansible-runner's Python API and collect what each host returned."""
+"""Run gpufleet playbooks through ansible-runner's Python API and collect what each host returned.
+
+Interrupts: while a playbook runs, SIGINT (Ctrl-C) and SIGTERM are passed on to ansible-playbook as SIGINT, Ansible's
+own way to stop: no new task starts, the workers and the module processes on local connections get SIGINT (a module
+dies before its atomic rename, leaving the old file) and ansible-playbook exits. The results that arrived before stay
+in ``RunResult.hosts`` and ``RunResult.interrupted`` names the signal, so the caller can write a partial report. A
+second signal, or ansible-playbook still running ``STOP_GRACE_S`` after the first, kills it (ansible-runner's cancel:
+SIGKILL to its process group).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import signal
 import sys
 import tempfile
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +42,56 @@ class RunResult:
     status: str
     hosts: dict[str, HostResult]
     events: list[dict[str, Any]] = field(default_factory=list)
+    interrupted: str | None = None  # "SIGINT" / "SIGTERM" when the run was stopped by a signal
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_GRACE_S = 30.0
+
+
+class Stopper:
+    """Turns SIGINT/SIGTERM during a run into a graceful stop of ansible-playbook (see the module docstring)."""
+
+    def __init__(self, grace_s: float = STOP_GRACE_S) -> None:
+        self.grace_s = grace_s
+        self.pid: int | None = None  # ansible-playbook, from its first event
+        self.signals: list[int] = []
+        self.first_at: float | None = None
+
+    @property
+    def interrupted(self) -> str | None:
+        return signal.Signals(self.signals[0]).name if self.signals else None
+
+    def on_signal(self, signum: int, frame: Any = None) -> None:
+        self.signals.append(signum)
+        if len(self.signals) == 1:
+            self.first_at = time.monotonic()
+            if self.pid is not None:
+                try:
+                    os.kill(self.pid, signal.SIGINT)
+                except ProcessLookupError:
+                    pass
+
+    def cancel(self) -> bool:
+        """ansible-runner's cancel callback: True kills ansible-playbook's process group."""
+        if not self.signals:
+            return False
+        if self.pid is None or len(self.signals) > 1:
+            return True  # not started yet (no task ran), or a second Ctrl-C
+        return time.monotonic() - (self.first_at or 0.0) > self.grace_s
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[Stopper]:
+        """Handle the stop signals while the block runs (only the main thread may; elsewhere this does nothing)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def _host(hosts: dict[str, HostResult], name: str) -> HostResult:
@@ -78,9 +140,15 @@ def run_playbook(
     hosts: dict[str, HostResult] = {}
     events: list[dict[str, Any]] = []
 
+    stopper = Stopper()
+
     def handler(event: dict[str, Any]) -> bool:
         if keep_events:
             events.append(event)
+        if stopper.pid is None and event.get("event") == "playbook_on_start" and event.get("pid"):
+            stopper.pid = int(event["pid"])
+            if stopper.signals:  # a signal came before ansible-playbook said who it is
+                stopper.on_signal(stopper.signals.pop())
         data = event.get("event_data") or {}
         name = data.get("host")
         kind = event.get("event")
@@ -122,15 +190,17 @@ def run_playbook(
         if diff:
             cmdline.append("--diff")
         (workdir / "runner").mkdir()
-        r = ansible_runner.run(
-            private_data_dir=str(workdir / "runner"),
-            playbook=str(playbook_path),
-            inventory=str(inventory_path),
-            envvars=envvars,
-            extravars=extravars or {},
-            cmdline=shlex.join(cmdline) if cmdline else None,
-            event_handler=handler,
-            quiet=quiet,
-            project_dir=str(root),
-        )
-    return RunResult(rc=r.rc, status=r.status, hosts=hosts, events=events)
+        with stopper.installed():
+            r = ansible_runner.run(
+                private_data_dir=str(workdir / "runner"),
+                playbook=str(playbook_path),
+                inventory=str(inventory_path),
+                envvars=envvars,
+                extravars=extravars or {},
+                cmdline=shlex.join(cmdline) if cmdline else None,
+                event_handler=handler,
+                cancel_callback=stopper.cancel,
+                quiet=quiet,
+                project_dir=str(root),
+            )
+    return RunResult(rc=r.rc, status=r.status, hosts=hosts, events=events, interrupted=stopper.interrupted)
