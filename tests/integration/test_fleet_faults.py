@@ -253,3 +253,71 @@ def test_sigint_during_remediate_leaves_no_half_written_file(tmp_path, fleet, si
     assert not any(p.exists() for p in locks)
     after = _snapshot(fleet)
     assert sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)) == []
+
+
+# ----------------------------------------------------------------------------------------------- GPU faults
+
+
+def test_gpu_faults_through_the_whole_audit(tmp_path, fleet, sim_lib):
+    """Driver-side faults on five hosts and one healthy host, in one `gpufleet audit`: each faulty host is still
+    audited (status ok) and its report says what was wrong; the healthy host's findings are unchanged."""
+    healthy = "iad-h100-03"
+    faults = {
+        "gpu-nolib": None,  # no libnvidia-ml.so.1 on the loader path
+        "gpu-nodriver": "error.nvmlInitWithFlags=DriverNotLoaded",
+        "gpu-lost": "gpu.2.lost=1",  # GPU 2 fell off the bus
+        "gpu-noperm": "error.nvmlDeviceGetEnforcedPowerLimit=NoPermission",  # a reading needs root
+        "gpu-nopynvml": None,  # no pynvml for the target's Python: nvidia-smi fallback
+    }
+    hosts = {healthy: simfleet.host_vars(fleet, healthy, sim_lib.parent)}
+    for name, line in faults.items():
+        simfleet.clone(fleet, healthy, name)
+        if line:
+            with open(fleet / name / "nvml.state", "a") as f:
+                f.write(line + "\n")
+        hosts[name] = simfleet.host_vars(fleet, name, sim_lib.parent)
+    empty = tmp_path / "no-nvml"
+    empty.mkdir()
+    hosts["gpu-nolib"]["gpufleet_environment"]["LD_LIBRARY_PATH"] = str(empty)
+    nopynvml = tmp_path / "nopynvml"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(nopynvml)], check=True)
+    smi_bin = tmp_path / "smi-bin"
+    smi_bin.mkdir()
+    os.symlink(simfleet.REPO / "tests/fixtures/nvidia-smi/fake-nvidia-smi", smi_bin / "nvidia-smi")
+    hosts["gpu-nopynvml"]["ansible_python_interpreter"] = str(nopynvml / "bin" / "python")
+    hosts["gpu-nopynvml"]["gpufleet_environment"].update(
+        PATH=f"{smi_bin}:{os.environ['PATH']}",
+        NVIDIA_SMI_FIXTURE=str(simfleet.REPO / "tests/fixtures/nvidia-smi/a100x2-busy.csv"),
+    )
+    inventory = simfleet.inventory(tmp_path / "hosts.yml", hosts)
+    out = tmp_path / "reports"
+
+    proc = _gpufleet("audit", "-i", str(inventory), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((out / "latest" / "report.json").read_text())
+    assert schema.validate(report) == []
+    assert {n: h["status"] for n, h in report["hosts"].items()} == {n: "ok" for n in hosts}
+    gpu = {n: h["facts"]["gpu"] for n, h in report["hosts"].items()}
+    failing = _failing(report)
+
+    for name, reason in (("gpu-nolib", "LibraryNotFound"), ("gpu-nodriver", "DriverNotLoaded")):
+        assert gpu[name]["nvml"]["available"] is False and reason in gpu[name]["nvml"]["error"], gpu[name]["nvml"]
+        assert gpu[name]["gpus"] == [] and failing[name] == []
+        skipped = {f["rule"] for f in report["hosts"][name]["findings"] if f["status"] == "skip"}
+        assert {"GPU-PWR-001", "GPU-HLT-002"} <= skipped  # no GPU facts: GPU rules skip, host rules still run
+        assert {"HOST-MEM-002", "HOST-CPU-001"} - skipped == {"HOST-MEM-002", "HOST-CPU-001"}
+    assert proc.stdout.count("no NVIDIA driver found (") == 2  # listed with the reason, though nothing fails
+    page = (out / "latest" / "report.html").read_text()
+    assert "no NVIDIA driver found (" in page and "LibraryNotFound" in page
+
+    lost = gpu["gpu-lost"]["gpus"]
+    assert [g["lost"] for g in lost] == [False, False, True, False, False, False, False, False]
+    assert failing["gpu-lost"] == ["GPU-HLT-002"]
+
+    noperm = gpu["gpu-noperm"]["gpus"]
+    assert all(g["unsupported"]["power.enforced_limit_w"] == "NoPermission" for g in noperm)
+    assert failing["gpu-noperm"] == []
+
+    assert gpu["gpu-nopynvml"]["nvml"]["source"] == "nvidia-smi"
+    assert [g["name"] for g in gpu["gpu-nopynvml"]["gpus"]] == ["NVIDIA A100-SXM4-80GB"] * 2
+    assert failing[healthy] == simfleet.EXPECTED[healthy]

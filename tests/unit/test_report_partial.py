@@ -82,3 +82,15 @@ def test_renderers_say_what_happened():
     prom = prometheus.render_prometheus(report)
     assert "gpufleet_audit_complete 0" in prom
     assert 'gpufleet_host_up{host="slow-01"} 0' in prom and 'gpufleet_host_up{host="ok-01"} 1' in prom
+
+
+def test_a_host_without_a_usable_driver_is_listed_with_the_reason():
+    """Audited (status ok) but no GPU facts: nothing fails, yet the terminal and the page say why GPU rules skipped."""
+    no_driver = dict(
+        OK, facts={"gpu": {"nvml": {"available": False, "error": "NVMLError_DriverNotLoaded"}, "gpus": []}}
+    )
+    report = fleet.build_report({"ok-01": OK, "bare-01": no_driver})
+    text = terminal.render_terminal(report)
+    assert "bare-01  (no NVIDIA driver found (NVMLError_DriverNotLoaded))" in text
+    assert "\nok-01  (" not in text  # a host with nothing to say is not listed
+    assert "no NVIDIA driver found (NVMLError_DriverNotLoaded)" in html.render_html(report)

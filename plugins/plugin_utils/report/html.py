@@ -167,6 +167,9 @@ def _gpu_summary(gpu: dict) -> str:
     names = Counter(str(g.get("name") or "unknown GPU") for g in gpus if isinstance(g, dict))
     if names:
         return ", ".join(f"{n} \u00d7 {name}" for name, n in names.most_common())
+    nvml = gpu.get("nvml") if isinstance(gpu.get("nvml"), dict) else {}
+    if nvml.get("available") is False:
+        return f"no NVIDIA driver found ({nvml.get('error') or 'NVML unavailable'})"
     count = gpu.get("gpu_count")
     if isinstance(count, int) and not isinstance(count, bool):
         return f"{count} GPU" + ("" if count == 1 else "s")

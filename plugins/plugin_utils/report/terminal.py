@@ -93,6 +93,12 @@ def _cell_text(c: dict) -> tuple[str, str | None]:
     return {"pass": "ok", "skip": "skip", "none": "-", "error": "ERROR"}[state], _STATE_COLOR.get(state)
 
 
+def _no_driver(host: dict) -> bool:
+    facts = host.get("facts") if isinstance(host.get("facts"), dict) else {}
+    gpu = facts.get("gpu") if isinstance(facts.get("gpu"), dict) else {}
+    return isinstance(gpu.get("nvml"), dict) and gpu["nvml"].get("available") is False
+
+
 def _gpu_line(host: dict) -> str:
     facts = host.get("facts") if isinstance(host.get("facts"), dict) else {}
     gpu = facts.get("gpu") if isinstance(facts.get("gpu"), dict) else {}
@@ -160,8 +166,8 @@ def render_terminal(report: dict, color: bool = False) -> str:
         status = host.get("status")
         shown = [f for f in sorted(schema.host_findings(host), key=schema.finding_sort_key)
                  if f.get("status") in ("fail", "warn", "error")]
-        if status == "ok" and not shown:
-            continue
+        if status == "ok" and not shown and not _no_driver(host):
+            continue  # nothing to say (a host without a usable NVIDIA driver is always listed, with the reason)
         out.append("")
         line = paint(clean(name), "\x1b[1m")
         info = _gpu_line(host)
