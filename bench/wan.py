@@ -180,18 +180,15 @@ class Lab:
         self.token = f"{os.getpid() % 100000}{secrets.token_hex(2)}"
         self.pairs = pairs
         self.path_mtu = path_mtu
-        self.emu_args = [
-            "--delay-ms",
-            str(delay_ms),
-            "--rate-mbit",
-            str(rate_mbit),
-            "--buffer-ms",
-            str(buffer_ms),
-            "--queue-maxlen",
-            "100000",
-            "--rt",
-            str(rt),
-        ]
+        self.emu_args = ["--delay-ms", str(delay_ms), "--rate-mbit", str(rate_mbit), "--buffer-ms", str(buffer_ms)]
+        self.emu_args += ["--queue-maxlen", "100000", "--rt", str(rt)]
+        # With more than one CPU: the emulator on CPU 0, every veth's receive processing (RPS) on the others, so
+        # that the packets it releases are not processed inside its own verdict calls (that made it fall behind).
+        ncpu = os.cpu_count() or 1
+        self.emu_cpu = 0 if ncpu > 1 else None
+        self.rps_mask = f"{((1 << ncpu) - 1) & ~1:x}" if ncpu > 1 else None
+        if self.emu_cpu is not None:
+            self.emu_args += ["--cpu", str(self.emu_cpu)]
         self.namespaces: list[str] = []
         self.procs: list[subprocess.Popen] = []
         self.containers: list[str] = []
@@ -236,10 +233,20 @@ class Lab:
                 run(["ip", "-n", ns, "addr", "add", f"10.{net}.{i}.2/24", "dev", "wan0"])
                 run(["ip", "-n", ns, "link", "set", "wan0", "up"])
                 run(["ip", "-n", ns, "route", "add", "default", "via", f"10.{net}.{i}.1"])
+        if self.rps_mask:
+            for i in range(1, self.pairs + 1):
+                for side in "ab":
+                    self.set_rps(self.ns(f"{side}{i}"), "wan0")
+                    self.set_rps(router, f"{side}{i}")
         self.sysctl(router, "net.ipv4.ip_forward", "1")
         ipt = "iptables" if self.nsexec(router, "iptables", "-S", check=False).returncode == 0 else "iptables-legacy"
         for side, queue in (("a", 0), ("b", 1)):  # each direction to its own queue: A->B on 0, B->A on 1
             self.nsexec(router, ipt, "-A", "FORWARD", "-i", f"{side}+", "-j", "NFQUEUE", "--queue-num", str(queue))
+
+    def set_rps(self, ns: str, dev: str) -> None:
+        """Steer a veth's receive processing to the CPUs the emulator is not on (a device setting in our own
+        namespace: /sys there is that namespace's)."""
+        self.nsexec(ns, "sh", "-c", f"echo {self.rps_mask} > /sys/class/net/{dev}/queues/rx-0/rps_cpus")
 
     def start_emulator(self, loss: float = 0.0) -> None:
         log_file = open(WORK / f"wanemu-{self.token}.log", "w")  # noqa: SIM115 - lives as long as the process
@@ -272,7 +279,9 @@ class Lab:
     def kernel_queue(self) -> dict[int, dict[str, int]]:
         """The kernel's own NFQUEUE counters in the router: packets it dropped because the emulator was behind."""
         out = {}
-        for line in self.nsexec(self.ns("r"), "cat", "/proc/net/netfilter/nfnetlink_queue").stdout.splitlines():
+        assert self.emu
+        # /proc/PID/net is the network namespace of that process: the router's, read without entering it
+        for line in Path(f"/proc/{self.emu.pid}/net/netfilter/nfnetlink_queue").read_text().splitlines():
             f = line.split()
             if len(f) >= 8:
                 out[int(f[0])] = {"queued": int(f[2]), "queue_dropped": int(f[5]), "user_dropped": int(f[6])}
@@ -582,6 +591,7 @@ def cmd_iperf(args: argparse.Namespace) -> int:
             result = summarise_iperf(args, configs, losses, streams_list, runs)
             result.update(
                 settings=settings,
+                emulator={"cpu": lab.emu_cpu, "rps_mask": lab.rps_mask, "sched_fifo_priority": args.emu_rt},
                 ansible_apply=apply,
                 capacity_check=cap,
                 load_average_before=[round(x, 2) for x in load_before],

@@ -279,7 +279,7 @@ static void usage(const char *prog)
 {
 	fprintf(stderr,
 		"usage: %s [--queues A2B,B2A] [--delay-ms 90] [--rate-mbit 1000] [--buffer-ms 20] [--loss 0]\n"
-		"          [--overhead 14] [--queue-maxlen 100000] [--seed N] [--rt PRIO]\n",
+		"          [--overhead 14] [--queue-maxlen 100000] [--seed N] [--rt PRIO] [--cpu N]\n",
 		prog);
 	exit(2);
 }
@@ -290,7 +290,7 @@ int main(int argc, char **argv)
 	unsigned maxlen = 100000;
 	double delay_ms = 90, rate_mbit = 1000, buffer_ms = 20;
 	uint64_t seed = 0;
-	int rt_prio = 0;
+	int rt_prio = 0, cpu = -1;
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -315,6 +315,8 @@ int main(int argc, char **argv)
 			seed = strtoull(v, NULL, 10);
 		else if (!strcmp(a, "--rt"))
 			rt_prio = atoi(v);
+		else if (!strcmp(a, "--cpu"))
+			cpu = atoi(v);
 		else
 			usage(argv[0]);
 		i++;
@@ -327,6 +329,15 @@ int main(int argc, char **argv)
 	if (seed)
 		rng_state ^= seed * 0xbf58476d1ce4e5b9ull;
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* wake up on time, not up to 50 us late */
+	if (cpu >= 0) {
+		/* this process only: with the endpoints' receive work steered to the other CPUs (RPS), the packets it
+		 * releases are processed there, not inside its own verdict calls */
+		cpu_set_t set;
+		CPU_ZERO(&set);
+		CPU_SET(cpu, &set);
+		if (sched_setaffinity(0, sizeof(set), &set) < 0)
+			perror("sched_setaffinity (running unpinned)");
+	}
 	if (rt_prio > 0) {
 		/* SCHED_FIFO for this process only: the "network" must not wait behind other work on a busy machine
 		 * (it sleeps in ppoll between packets, and the kernel's RT throttling still bounds it) */
