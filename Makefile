@@ -47,7 +47,8 @@ lab: $(VENV)/.installed-test
 molecule: lab sim
 	$(BIN)/pytest -q tests/integration/test_molecule.py
 
-# Collection quality gates: ruff, ansible-lint (production profile), ansible-test sanity (--local, no Docker).
+# Collection quality gates: ruff, ansible-lint (production profile), bandit (src/ and plugins/; every exception is a
+# `# nosec BXXX  # reason` on its line), ansible-test sanity (--local, no Docker).
 quality: lint sanity
 
 sanity: $(VENV)/.installed-test
@@ -90,6 +91,7 @@ $(SIM_LIB): $(wildcard tests/sim/nvml/*.c tests/sim/nvml/*.h) tests/sim/nvml/Mak
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ansible-lint -q
+	$(BIN)/bandit -q -r src plugins
 
 unit: $(VENV)/.installed-test
 	$(BIN)/pytest -q tests/unit

@@ -31,14 +31,9 @@ MAX_ITEM_ROWS = 256  # per finding; the rest is counted, the JSON report has the
 INLINE_WIDTH = 40  # observed/expected up to this many characters are shown inline
 ONE_LINE_WIDTH = 100  # longer ones in a block, on one (wrapped) line up to this, else a line per key or item
 
-_CELL_LABELS = {
-    "unreachable": "unreachable",
-    "failed": "failed",
-    "timeout": "timeout",
+# Labels of the cells that show no severity (rule and host statuses label themselves).
+_CELL_LABELS = {s: s for s in ("unreachable", "failed", "timeout", "error", "pass", "skip")} | {
     "interrupted": "not audited",
-    "error": "error",
-    "pass": "pass",
-    "skip": "skip",
     "none": "\u2013",
 }
 
@@ -77,7 +72,7 @@ def _printable(value: Any) -> Any:
 def _csp_hash(text: Any) -> Markup:
     """The CSP source expression that allows exactly the inline script ``text``."""
     digest = hashlib.sha256(str(text).encode("utf-8")).digest()
-    return Markup("'sha256-" + base64.b64encode(digest).decode("ascii") + "'")
+    return Markup("'sha256-{}'").format(base64.b64encode(digest).decode("ascii"))  # the digest is escaped too
 
 
 def render_html(report: dict) -> str:

@@ -35,7 +35,7 @@ FINDING_STATUSES = ("fail", "warn")  # a "finding" in counts, metrics and diffs
 CELL_STATES = ("unreachable", "failed", "timeout", "interrupted", "fail", "warn", "error", "pass", "skip", "none")
 
 _SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
-_STATUS_ORDER = {"fail": 0, "warn": 1, "error": 2, "skip": 3, "pass": 4}
+_STATUS_ORDER = {s: i for i, s in enumerate(("fail", "warn", "error", "skip", "pass"))}
 
 
 def severity_rank(severity: Any) -> int:

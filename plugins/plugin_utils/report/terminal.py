@@ -32,7 +32,6 @@ _SEVERITY_COLOR = {
     "info": "\x1b[34m",
 }
 _STATE_COLOR = {
-    "pass": "\x1b[32m",
     "skip": "\x1b[2m",
     "none": "\x1b[2m",
     "error": "\x1b[35m",
@@ -40,10 +39,11 @@ _STATE_COLOR = {
     "failed": "\x1b[1;35m",
     "timeout": "\x1b[1;35m",
     "interrupted": "\x1b[1;33m",
-    "ok": "\x1b[32m",
+    **dict.fromkeys(("ok", "pass"), "\x1b[32m"),
 }
 
 
+_CELL_TEXT = dict(zip(("pass", "skip", "none", "error"), ("ok", "skip", "-", "ERROR")))
 _DOWN_LABELS = {
     "unreachable": "UNREACHABLE",
     "failed": "AUDIT FAILED",
@@ -90,7 +90,7 @@ def _cell_text(c: dict) -> tuple[str, str | None]:
         return text, _SEVERITY_COLOR.get(sev, "").replace("1;", "") or None
     if state in schema.DOWN_STATUSES:
         return "--", "\x1b[2m"
-    return {"pass": "ok", "skip": "skip", "none": "-", "error": "ERROR"}[state], _STATE_COLOR.get(state)
+    return _CELL_TEXT[state], _STATE_COLOR.get(state)
 
 
 def _no_driver(host: dict) -> bool:
