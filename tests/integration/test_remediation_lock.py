@@ -5,12 +5,14 @@ the other run's lock alone."""
 
 from __future__ import annotations
 
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import simfleet
+import yaml
 
 from gpufleet.runner import run_playbook
 
@@ -73,3 +75,33 @@ def test_parallel_runs_take_turns_and_a_third_gives_up(tmp_path, sim_lib):
     assert c.hosts[HOST].results[RELEASE]["released"] is False
     assert PERSISTENCE not in c.hosts[HOST].results  # it changed nothing
     assert not lock_file.exists()  # everyone released what they held
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ({"path": "relative/remediation.lock"}, "path: 'relative/remediation.lock' must be an absolute path to a file"),
+        ({"timeout": -1}, "timeout: must be 0 or more seconds, got -1"),
+        ({"max_age": 0}, "max_age: must be at least 1 second, got 0"),
+        ({"run_id": "../../etc"}, "run_id: must be 1-100 characters of letters, digits"),
+        ({"timeout": "soon"}, "timeout: 'soon' is not a whole number of seconds"),
+        ({"holder": {"token": "forged"}}, "holder and take_over are set by the action plugin"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_option(tmp_path, args, message):
+    play = [
+        {
+            "name": "lock",
+            "hosts": "all",
+            "gather_facts": False,
+            "tasks": [{"name": "Take", "gpufleet.tuning.remediation_lock": {"path": str(tmp_path / "l"), **args}}],
+        }
+    ]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    inventory = simfleet.inventory(tmp_path / "hosts.yml", {"h": {"ansible_connection": "local"}})
+    res = run_playbook(
+        str(tmp_path / "play.yml"), str(inventory), extravars={"ansible_python_interpreter": sys.executable}
+    )
+    assert res.hosts["h"].status == "failed"
+    assert message in res.hosts["h"].message and "Traceback" not in res.hosts["h"].message, res.hosts["h"].message
+    assert not (tmp_path / "l").exists()
