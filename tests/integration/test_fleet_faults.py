@@ -143,8 +143,10 @@ class Watched:
         sent = time.monotonic()
         self.proc.send_signal(signal.SIGINT)
         rc = self.proc.wait(timeout=timeout)
+        took = time.monotonic() - sent
+        print(f"SIGINT to exit: {took:.1f} s")  # the README's reliability table quotes it (pytest -s)
         time.sleep(0.2)  # let the readers drain
-        return rc, time.monotonic() - sent
+        return rc, took
 
     @property
     def text(self) -> str:
