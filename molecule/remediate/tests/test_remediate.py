@@ -23,6 +23,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+import lab_changes  # noqa: E402
+
 LAB = "/var/tmp/gpufleet-lab"
 NVML_STATE = "/etc/gpufleet-sim/nvml.state"
 ROLLBACK_DIR = "/var/lib/gpufleet/rollback"
@@ -50,6 +53,8 @@ DROPINS = {
     + f"net.core.wmem_max = {BUFFER}\n"
     + "".join(f"{key} = {value}\n" for key, value in sorted(TCP.items())),
 }
+# converge.yml's own bookkeeping (not a remediation): changes only in the real run.
+LAB_TASKS = frozenset({"Snapshot the container before the first real converge"})
 SNAPSHOT_SYSCTL = re.compile(r"^sysctl (\S+) = (.*)$", re.M)
 
 
@@ -93,6 +98,15 @@ def test_check_step_changed_nothing(host):
         old, new = set(baseline.splitlines()), set(before.splitlines())
         diff = [f"- {line}" for line in sorted(old - new)] + [f"+ {line}" for line in sorted(new - old)]
         pytest.fail("the check step changed:\n" + "\n".join(diff))
+
+
+def test_check_predicted_exactly_what_converge_changed():
+    """The check step's changed tasks and diffs (--check, diff always on) are converge's, one for one."""
+    ephemeral = os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY")
+    if not ephemeral:
+        pytest.skip("needs molecule's ephemeral directory (molecule verify)")
+    problems = lab_changes.broken_promises(Path(ephemeral) / "changes.jsonl", ignore=LAB_TASKS)
+    assert not problems, "\n".join(problems)
 
 
 def test_converge_set_every_gpu(host):

@@ -1,0 +1,62 @@
+"""Check mode is a promise: compare what the check step said it would change with what converge changed.
+
+Reads the JSON lines molecule/callback_plugins/gpufleet_lab_changes.py writes (one per changed result or loop item)
+and compares the first check-mode run of a playbook with its first real run: the same (host, task, item) keys and,
+for each, the same diff (headers left out: they name temporary files).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def _norm(diff):
+    if diff is None:
+        return None
+    parts = diff if isinstance(diff, list) else [diff]
+    return [{k: v for k, v in part.items() if not k.endswith("_header")} for part in parts if isinstance(part, dict)]
+
+
+def runs(path: Path) -> list[tuple[str, bool, list[dict]]]:
+    """(playbook, check, records) per ansible-playbook run, in the order they ran."""
+    order: dict[str, tuple[str, bool, list[dict]]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        order.setdefault(rec["run"], (rec["playbook"], rec["check"], []))[2].append(rec)
+    return list(order.values())
+
+
+def changes(records: list[dict], ignore: frozenset[str] = frozenset()) -> dict[tuple, object]:
+    """(host, task, item) -> diff. A change that an earlier task of the same run already made (or, in check mode,
+    already predicted: the same non-empty diff on the same host) counts once, at its first task: two roles that
+    both create /etc/gpufleet predict it twice in check mode, while the real run creates it once."""
+    out: dict[tuple, object] = {}
+    seen: set[tuple] = set()
+    for rec in records:
+        if rec["task"] in ignore:
+            continue
+        diff = _norm(rec["diff"])
+        if diff:
+            same = (rec["host"], json.dumps(diff, sort_keys=True))
+            if same in seen:
+                continue
+            seen.add(same)
+        out[(rec["host"], rec["task"], json.dumps(rec["item"], sort_keys=True))] = diff
+    return out
+
+
+def broken_promises(path: Path, playbook: str = "converge.yml", ignore: frozenset[str] = frozenset()) -> list[str]:
+    """Differences between the first check run and the first real run of `playbook` (empty: the promise held)."""
+    all_runs = [r for r in runs(path) if r[0] == playbook]
+    check = next((recs for _pb, chk, recs in all_runs if chk), None)
+    real = next((recs for _pb, chk, recs in all_runs if not chk), None)
+    if check is None or real is None:
+        return [f"{path}: no check run and real run of {playbook} logged (is the callback enabled?)"]
+    predicted, done = changes(check, ignore), changes(real, ignore)
+    problems = [f"changed but not predicted: {k}" for k in sorted(done.keys() - predicted.keys())]
+    problems += [f"predicted but not changed: {k}" for k in sorted(predicted.keys() - done.keys())]
+    for key in sorted(predicted.keys() & done.keys()):
+        if predicted[key] != done[key]:
+            problems.append(f"diff differs for {key}:\n  check: {predicted[key]}\n  real:  {done[key]}")
+    return problems
