@@ -99,6 +99,12 @@ def run(cmd: list[str], check: bool = True, timeout: float = 120, **kw: Any) -> 
     return res
 
 
+def yaml_value(text: str) -> Any:
+    import yaml  # from the venv (ansible-core needs it)
+
+    return yaml.safe_load(text)
+
+
 def median(values: list[float]) -> float | None:
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -373,7 +379,9 @@ APPLY_PLAY = """- name: Tune both ends of the long link (gpufleet.tuning.network
 """
 
 
-def apply_gpufleet(lab: Lab, i: int, path_mtu: int, rtt_ms: float, gbps: float, tmp: Path) -> dict[str, Any]:
+def apply_gpufleet(
+    lab: Lab, i: int, path_mtu: int, rtt_ms: float, gbps: float, tmp: Path, role_vars: dict[str, Any]
+) -> dict[str, Any]:
     """Run the network_tuning role on both ends of pair i with ansible-playbook (local connection whose Python
     runs inside the namespace), the link declared in gpufleet_policy."""
     hosts = {}
@@ -394,6 +402,7 @@ def apply_gpufleet(lab: Lab, i: int, path_mtu: int, rtt_ms: float, gbps: float, 
             "network_tuning_load_bbr": False,
             "network_tuning_sysctl_file": str(tmp / f"etc-{side}/sysctl.d/61-gpufleet-network.conf"),
             "network_tuning_persist_method": "none",
+            **role_vars,
         }
     inv, play = tmp / "apply-hosts.json", tmp / "apply.yml"
     inv.write_text(json.dumps({"all": {"hosts": hosts}}))
@@ -511,6 +520,12 @@ def cmd_iperf(args: argparse.Namespace) -> int:
     for c in configs:
         if c not in CONFIGS:
             sys.exit(f"wan.py: unknown config {c!r} (choose from {', '.join(CONFIGS)})")
+    role_vars = {}
+    for item in args.role_var:
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("network_tuning_"):
+            sys.exit(f"wan.py: --role-var wants network_tuning_KEY=VALUE (YAML value), not {item!r}")
+        role_vars[key] = yaml_value(value)
     ensure_deps(DEPS)
     build_emulator()
     WORK.mkdir(parents=True, exist_ok=True)
@@ -537,7 +552,7 @@ def cmd_iperf(args: argparse.Namespace) -> int:
             if "gpufleet" in configs:
                 log("applying gpufleet.tuning.network_tuning to both ends of the gpufleet pair (ansible-playbook) ...")
                 apply = apply_gpufleet(
-                    lab, pair["gpufleet"], args.path_mtu, args.rtt_ms, args.rate_mbit / 1000, Path(tmpdir)
+                    lab, pair["gpufleet"], args.path_mtu, args.rtt_ms, args.rate_mbit / 1000, Path(tmpdir), role_vars
                 )
                 log(f"  done in {apply['seconds']} s: {apply['recap']}")
             for c in configs:
@@ -588,7 +603,7 @@ def cmd_iperf(args: argparse.Namespace) -> int:
                                 f"kernel {emu['kernel_dropped']}, late max {emu['late_max_ms']} ms, "
                                 f"load {os.getloadavg()[0]:.1f}"
                             )
-            result = summarise_iperf(args, configs, losses, streams_list, runs)
+            result = summarise_iperf(args, configs, losses, streams_list, runs, role_vars)
             result.update(
                 settings=settings,
                 emulator={"cpu": lab.emu_cpu, "rps_mask": lab.rps_mask, "sched_fifo_priority": args.emu_rt},
@@ -608,7 +623,7 @@ def cmd_iperf(args: argparse.Namespace) -> int:
     return 0 if all("mbps" in r for r in runs) else 1
 
 
-def summarise_iperf(args, configs, losses, streams_list, runs) -> dict[str, Any]:
+def summarise_iperf(args, configs, losses, streams_list, runs, role_vars) -> dict[str, Any]:
     med: dict[str, dict[str, dict[str, float | None]]] = {}
     for c in configs:
         for loss in losses:
@@ -684,6 +699,7 @@ def summarise_iperf(args, configs, losses, streams_list, runs) -> dict[str, Any]
             "runs": args.runs,
             "duration_s": args.duration,
             "tuned_values": TUNED,
+            "role_vars": role_vars,
         },
         "medians_mbps": med,
         "ratios": ratios,
@@ -1104,6 +1120,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--streams", default="1,4", help="parallel streams (default 1,4)")
     p.add_argument("--configs", default=",".join(CONFIGS), help="default stock,tuned,gpufleet")
     p.add_argument("--path-mtu", type=int, default=1500, help="MTU the path allows (default 1500)")
+    p.add_argument(
+        "--role-var",
+        action="append",
+        default=[],
+        metavar="network_tuning_KEY=VALUE",
+        help="extra variable for the network_tuning role in the gpufleet config (repeatable; e.g. to try another "
+        "network_tuning_buffer_factor)",
+    )
     q = sub.add_parser("ansible", parents=[link], help="playbooks/audit.yml over SSH: shipped ansible.cfg vs defaults")
     q.add_argument("--loss", type=float, default=0.0, help="random loss rate (default 0)")
     q.add_argument("--sample-seconds", type=float, default=1.0, help="the audit's swap-rate sample (default 1.0)")
