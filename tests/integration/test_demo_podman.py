@@ -69,10 +69,9 @@ def fleet(sim_lib, tmp_path_factory):
     probe = subprocess.run(["podman", "image", "exists", "localhost/gpufleet-debian12:current"], capture_output=True)
     assert probe.returncode == 0, "image localhost/gpufleet-debian12:current not built: run scripts/lab-setup.sh"
     build = tmp_path_factory.mktemp("demo-build")
-    # demo_podman.yml copies from build/demo (the path make demo uses).
-    demo.build(REPO / "build" / "demo")
-    shutil.copytree(REPO / "build" / "demo", build / "demo", symlinks=True)
-    _playbook()
+    demo.build(build / "demo")
+    shutil.copytree(build / "demo", build / "copy", symlinks=True)
+    _playbook("-e", f"gpufleet_demo_build={build / 'demo'}")
     out = tmp_path_factory.mktemp("demo-podman-reports")
     cli = [sys.executable, "-m", "gpufleet.cli"]
     audit = subprocess.run(
@@ -81,14 +80,15 @@ def fleet(sim_lib, tmp_path_factory):
     remediate = subprocess.run(
         [*cli, "remediate", "-i", str(INVENTORY), "--out", str(out)], capture_output=True, text=True, timeout=1200
     )
-    yield {"out": out, "audit": audit, "remediate": remediate, "copy": build / "demo"}
+    yield {"out": out, "audit": audit, "remediate": remediate, "built": build / "demo", "copy": build / "copy"}
     _playbook("-e", "gpufleet_demo_state=absent")
 
 
 def test_containers_audit_exactly_like_the_demo(fleet):
     assert fleet["audit"].returncode in (0, 1), fleet["audit"].stderr[-3000:]
     report = json.loads((fleet["out"] / "latest" / "report.json").read_text())
-    assert report["summary"]["hosts"] == {"total": 8, "ok": 8, "failed": 0, "unreachable": 0}
+    down = {"failed": 0, "unreachable": 0, "timeout": 0, "interrupted": 0}
+    assert report["summary"]["hosts"] == {"total": 8, "ok": 8, **down}
     assert _failing(report) == demo.EXPECTED
 
 
@@ -116,4 +116,4 @@ def test_changes_landed_inside_the_containers(fleet):
 def test_nothing_changed_on_this_machine(fleet):
     """The trees the containers were copied from are exactly as tests/sim/demo.py built them."""
     assert fleet["remediate"].returncode in (0, 1)
-    assert _tree_hash(REPO / "build" / "demo") == _tree_hash(fleet["copy"])
+    assert _tree_hash(fleet["built"]) == _tree_hash(fleet["copy"])
