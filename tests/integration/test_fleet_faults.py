@@ -70,8 +70,8 @@ def test_unreachable_and_hung_hosts_in_a_fleet_of_six(tmp_path, fleet, sim_lib):
         "ansible_port": 1,
         "ansible_ssh_common_args": "-o ConnectTimeout=3 -o StrictHostKeyChecking=no",
     }
-    # A link that never answers: "ssh" that hangs for 120 s. Only the per-host timeout ends the wait (15 s: the
-    # other hosts answer in a few seconds even on a busy machine).
+    # A link that never answers: "ssh" that hangs for 120 s. Only the per-host timeout ends the wait (25 s: the
+    # other hosts answer in a few seconds, well within it even on a busy machine).
     hosts["slow-01"] = {
         "ansible_connection": "ssh",
         "ansible_host": "192.0.2.1",
@@ -81,11 +81,12 @@ def test_unreachable_and_hung_hosts_in_a_fleet_of_six(tmp_path, fleet, sim_lib):
     out = tmp_path / "reports"
 
     start = time.monotonic()
-    proc = _gpufleet("audit", "-i", str(inventory), "--out", str(out), "--host-timeout", "15")
+    proc = _gpufleet("audit", "-i", str(inventory), "--out", str(out), "--host-timeout", "25")
     elapsed = time.monotonic() - start
 
     assert proc.returncode == 2, proc.stdout + proc.stderr  # hosts not audited
-    assert elapsed < 90, f"the run took {elapsed:.0f} s: the hung host was not cut off"
+    print(f"fleet of six with a hung link: {elapsed:.0f} s")  # quoted in the README (pytest -s)
+    assert elapsed < 100, f"the run took {elapsed:.0f} s: the hung host was not cut off"
     report = json.loads((out / "latest" / "report.json").read_text())
     assert schema.validate(report) == []
     assert report["run"]["complete"] is True
@@ -100,7 +101,7 @@ def test_unreachable_and_hung_hosts_in_a_fleet_of_six(tmp_path, fleet, sim_lib):
     gone, slow = report["hosts"]["gone-01"], report["hosts"]["slow-01"]
     assert gone["status"] == "unreachable" and "Connection refused" in gone["message"]
     assert slow["status"] == "timeout"
-    assert slow["message"] == "no answer within the per-host timeout (gpufleet_host_timeout = 15 s)"
+    assert slow["message"] == "no answer within the per-host timeout (gpufleet_host_timeout = 25 s)"
     # the other four were audited exactly as without the faults
     assert {n: f for n, f in _failing(report).items() if n in FAST} == {n: simfleet.EXPECTED[n] for n in FAST}
     assert "TIMED OUT: no answer within the per-host timeout" in proc.stdout

@@ -36,8 +36,9 @@ def _remediate(inventory: Path, run_id: str, **extra):
 def test_parallel_runs_take_turns_and_a_third_gives_up(tmp_path, sim_lib):
     fleet = simfleet.build(tmp_path)
     fast = simfleet.host_vars(fleet, HOST, sim_lib.parent)
-    # Same host, same files and lock; only each module call of the first run waits a second before it starts.
-    slow = dict(fast, ansible_python_interpreter=simfleet.sleeper(tmp_path / "slow-python", 1))
+    # Same host, same files and lock; only each module call of the first run waits 2 s before it starts, so it holds
+    # the lock long enough (over 10 s) for the others to start and find it taken, even on a busy machine.
+    slow = dict(fast, ansible_python_interpreter=simfleet.sleeper(tmp_path / "slow-python", 2))
     inv_fast = simfleet.inventory(tmp_path / "fast.yml", {HOST: fast})
     inv_slow = simfleet.inventory(tmp_path / "slow.yml", {HOST: slow})
     lock_file = Path(fast["gpufleet_lock_path"])
@@ -48,9 +49,9 @@ def test_parallel_runs_take_turns_and_a_third_gives_up(tmp_path, sim_lib):
         while not lock_file.exists():
             assert time.monotonic() < deadline and not first.done(), "the first run never took the lock"
             time.sleep(0.05)
-        second = pool.submit(_remediate, inv_fast, "run-b", gpufleet_lock_timeout=60)
+        second = pool.submit(_remediate, inv_fast, "run-b", gpufleet_lock_timeout=120)
         third = pool.submit(_remediate, inv_fast, "run-c", gpufleet_lock_timeout=1)
-        a, b, c = first.result(timeout=180), second.result(timeout=180), third.result(timeout=180)
+        a, b, c = first.result(timeout=300), second.result(timeout=300), third.result(timeout=300)
 
     assert a.hosts[HOST].status == "ok", a.hosts[HOST].message
     assert b.hosts[HOST].status == "ok", b.hosts[HOST].message
