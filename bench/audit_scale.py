@@ -151,7 +151,7 @@ def _write_inventory(fleet: Path, groups: dict[str, list[str]], sample_seconds: 
     for group, hosts in sorted(groups.items()):
         lines += [f"    {group}:", "      hosts:"] + [f"        {h}:" for h in hosts]
     (inv / "hosts.yml").write_text("\n".join(lines) + "\n")
-    demo_vars = (REPO / "inventories/demo/group_vars/all.yml").read_text()
+    demo_vars = (REPO / "inventories/demo/group_vars/all/fleet.yml").read_text()
     policy = demo_vars[demo_vars.index("gpufleet_policy:"):demo_vars.index("# Remediation")].rstrip()
     (inv / "group_vars" / "all.yml").write_text(f"""---
 ansible_connection: local

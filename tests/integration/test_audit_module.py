@@ -66,7 +66,9 @@ def listener():
 def results(sim_lib, tmp_path_factory, listener):
     tmp = tmp_path_factory.mktemp("audit")
     built = demo.build(tmp / "fleet")
-    base = yaml.safe_load((REPO / "inventories" / "demo" / "group_vars" / "all.yml").read_text())
+    base = {}
+    for part in sorted((REPO / "inventories" / "demo" / "group_vars" / "all").glob("*.yml")):
+        base.update(yaml.safe_load(part.read_text()))
     env_host = "iad-h100-03"
     common = {
         "ansible_connection": "local",

@@ -97,7 +97,7 @@ def test_remediation_leaves_only_what_it_cannot_fix(fleet):
     assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
     (run_dir,) = fleet["out"].glob("remediation-*")
     summary = json.loads((run_dir / "remediation.json").read_text())
-    after = json.loads((run_dir / "after" / "report.json").read_text())
+    after = json.loads((run_dir / "after" / "latest" / "report.json").read_text())
     assert _failing(after) == demo.EXPECTED_AFTER
     for host, fixed in ((h, sorted(set(demo.EXPECTED[h]) - set(demo.EXPECTED_AFTER[h]))) for h in demo.EXPECTED):
         assert sorted(summary["hosts"][host]["fixed"]) == fixed, host
