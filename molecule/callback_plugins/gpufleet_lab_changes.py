@@ -60,6 +60,6 @@ class CallbackModule(CallbackBase):
             for item in items:
                 if isinstance(item, dict) and item.get("changed"):
                     label = item.get("_ansible_item_label", item.get("item"))
-                    self._write({**base, "item": label, "diff": item.get("diff")})
+                    self._write({**base, "item": label, "diff": item.get("diff"), "msg": item.get("msg")})
             return
-        self._write({**base, "item": None, "diff": res.get("diff")})
+        self._write({**base, "item": None, "diff": res.get("diff"), "msg": res.get("msg")})

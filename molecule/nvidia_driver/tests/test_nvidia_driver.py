@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+import lab_changes  # noqa: E402
 
 DRIVER = "550.90.07-1"
 NEW = ["nvidia-driver-550", "nvidia-dkms-550", "nvidia-fabricmanager-550", "libnvidia-nscq-550"]
@@ -136,3 +140,14 @@ def test_services_enabled_not_started(host):
         service = host.service(unit)
         assert service.is_enabled, unit
         assert not service.is_running, unit
+
+
+def test_check_predicted_exactly_what_converge_changed():
+    """The check step's changed tasks and diffs (--check, diff always on) are converge's, one for one."""
+    ephemeral = os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY")
+    if not ephemeral:
+        pytest.skip("needs molecule's ephemeral directory (molecule verify)")
+    # converge.yml's own bookkeeping: the report for verify is written only in the real run.
+    ignore = frozenset({"Create the report directory", "Write the role's facts"})
+    problems = lab_changes.broken_promises(Path(ephemeral) / "changes.jsonl", ignore=ignore)
+    assert not problems, "\n".join(problems)
