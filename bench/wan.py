@@ -537,7 +537,11 @@ def cmd_iperf(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="gpufleet-wan-") as tmpdir:
         try:
-            log(f"lab {lab.token}: router + {len(configs)} endpoint pairs, path MTU {args.path_mtu}")
+            n = len(losses) * len(streams_list) * len(configs) * args.runs
+            log(
+                f"lab {lab.token}: router + {len(configs)} endpoint pairs, path MTU {args.path_mtu}; {n} iperf3 runs "
+                f"of {args.duration} s, about {n * (args.duration + 1.9) / 60 + 0.5:.0f} min"
+            )
             lab.create()
             lab.start_emulator(loss=0.0)
             settings: dict[str, Any] = {}
