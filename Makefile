@@ -7,7 +7,7 @@ SIM_DIR := build/sim
 SIM_LIB := $(SIM_DIR)/libnvidia-ml.so.1
 INVENTORY ?= inventories/local/hosts.yml
 
-.PHONY: audit demo demo-down demo-local test sim lint sanity quality collection ee-context lab molecule unit integration deps-base deps-test venv clean docs
+.PHONY: audit demo demo-down demo-local collections test sim lint sanity quality collection ee-context lab molecule unit integration deps-base deps-test venv clean docs
 
 audit: deps-base $(VENV)/.installed
 	$(BIN)/gpufleet audit -i $(INVENTORY)
@@ -40,8 +40,12 @@ test: deps-test $(VENV)/.installed-test sim quality lab
 
 # Container lab for molecule/ (root): podman, network gpufleet-lab, local images (debootstrap, nothing pulled),
 # and the collections Molecule needs, from the PyPI `ansible` bundle.
-lab: $(VENV)/.installed-test
+lab: collections
 	scripts/lab-setup.sh
+
+# containers.podman, ansible.posix, community.general from PyPI's `ansible` bundle into .collections/ (ansible-lint
+# resolves the lab playbooks' modules with them; Molecule and the demo use them).
+collections: $(VENV)/.installed-test
 	scripts/fetch-collections.sh
 
 molecule: lab sim
@@ -88,7 +92,7 @@ $(SIM_LIB): $(wildcard tests/sim/nvml/*.c tests/sim/nvml/*.h) tests/sim/nvml/Mak
 	$(MAKE) -C tests/sim/nvml OUT=$(abspath $(SIM_DIR)) \
 		NVML_INCLUDE="$$($(BIN)/python tests/sim/nvml/find_header.py)"
 
-lint: $(VENV)/.installed-test
+lint: collections
 	$(BIN)/ruff check .
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ansible-lint -q
 	$(BIN)/bandit -q -r src plugins
