@@ -613,9 +613,7 @@ def cmd_iperf(args: argparse.Namespace) -> int:
                 emulator={"cpu": lab.emu_cpu, "rps_mask": lab.rps_mask, "sched_fifo_priority": args.emu_rt},
                 ansible_apply=apply,
                 capacity_check=cap,
-                load_average_before=[round(x, 2) for x in load_before],
-                load_average_after=[round(x, 2) for x in os.getloadavg()],
-                seconds=round(time.monotonic() - t0, 1),
+                **_run_info(load_before, t0),
             )
         except (KeyboardInterrupt, Interrupted) as exc:
             log(f"interrupted ({exc or 'SIGINT'}): cleaning up")
@@ -625,6 +623,15 @@ def cmd_iperf(args: argparse.Namespace) -> int:
     print_iperf(result)
     write_result(args.out or RESULTS / f"wan-{dt.date.today().isoformat()}.json", result)
     return 0 if all("mbps" in r for r in runs) else 1
+
+
+def _run_info(load_before, t0: float) -> dict[str, Any]:
+    """Load averages around a measurement and its duration, for the results file."""
+    return {
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "seconds": round(time.monotonic() - t0, 1),
+    }
 
 
 def summarise_iperf(args, configs, losses, streams_list, runs, role_vars) -> dict[str, Any]:
@@ -963,9 +970,7 @@ def cmd_ansible(args: argparse.Namespace) -> int:
             shutil.copy(sshd_log, WORK / f"sshd-{lab.token}.log")
             result = summarise_ansible(args, workloads, runs, image)
             result.update(
-                load_average_before=[round(x, 2) for x in load_before],
-                load_average_after=[round(x, 2) for x in os.getloadavg()],
-                seconds=round(time.monotonic() - t0, 1),
+                **_run_info(load_before, t0),
             )
         except (KeyboardInterrupt, Interrupted) as exc:
             log(f"interrupted ({exc or 'SIGINT'}): cleaning up")
