@@ -22,7 +22,7 @@ options:
   factor:
     description: Multiple of the bandwidth-delay product.
     type: float
-    default: 2.0
+    default: 4.0
   cap:
     description: Largest size returned (bytes).
     type: int
@@ -60,7 +60,7 @@ def _links(value):
     )
 
 
-def tcp_buffer_bytes(value, factor=2.0, cap=268435456, floor=6291456):
+def tcp_buffer_bytes(value, factor=4.0, cap=268435456, floor=6291456):
     sizes = []
     for link in _links(value):
         try:

@@ -115,7 +115,7 @@ def test_network_tuning_in_namespace(tmp_path, netns):
     rmem = subprocess.run(
         ["ip", "netns", "exec", netns, "cat", "/proc/sys/net/ipv4/tcp_rmem"], capture_output=True, text=True
     ).stdout.split()
-    assert rmem == ["4096", "131072", "45000000"]  # 2 x 180 ms x 1 Gbit/s
+    assert rmem == ["4096", "131072", "90000000"]  # 4 x 180 ms x 1 Gbit/s
     sysctl_result = res.results["Long-haul TCP settings (NET-TCP-001, NET-TCP-002, NET-TCP-003, NET-TCP-004)"]
     assert "must be set on the host" in sysctl_result["not_settable"]["net.core.rmem_max"]
     assert 'ATTR{mtu}="9000"' in (tmp_path / "udev/60-gpufleet-gv0.rules").read_text()

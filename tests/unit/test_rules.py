@@ -235,13 +235,16 @@ def test_bbr_unavailable_is_a_warning():
     assert _evaluate(facts)["NET-TCP-002"]["status"] == "warn"
 
 
-def test_tcp_buffer_threshold_is_two_bdp():
-    facts = healthy()  # 180 ms x 1 Gbit/s -> BDP 22.5 MB, 2x = 45 MB
-    tcp(facts).update(rmem=[4096, 131072, 45_000_000], wmem=[4096, 16384, 45_000_000])
+def test_tcp_buffer_threshold_is_four_bdp():
+    facts = healthy()  # 180 ms x 1 Gbit/s -> BDP 22.5 MB, 4x = 90 MB
+    tcp(facts).update(rmem=[4096, 131072, 90_000_000], wmem=[4096, 16384, 90_000_000])
     assert _evaluate(facts)["NET-TCP-001"]["status"] == "pass"
-    tcp(facts).update(rmem=[4096, 131072, 44_999_999])
+    tcp(facts).update(rmem=[4096, 131072, 89_999_999])
     finding = _evaluate(facts)["NET-TCP-001"]
-    assert finding["status"] == "fail" and finding["expected"]["tcp_rmem_max"] == ">= 45000000"
+    assert finding["status"] == "fail" and finding["expected"]["tcp_rmem_max"] == ">= 90000000"
+    assert "4.0 x bandwidth-delay product" in finding["message"]
+    two = _evaluate(facts, {"network": {"buffer_factor": 2.0}})["NET-TCP-001"]
+    assert two["status"] == "pass" and two["expected"]["tcp_rmem_max"] == ">= 45000000"
 
 
 def test_policy_toggle_and_regrade():
