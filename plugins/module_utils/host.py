@@ -512,15 +512,19 @@ def read_kernel_log(fs, run, mode="auto", path=DEFAULT_KERNEL_LOG_FILE, count=50
 # ---------------------------------------------------------------- everything
 
 def collect(fs, run=None, sample_seconds=1.0, kernel_log="auto", kernel_log_lines=5000, kernel_log_since_hours=24,
-            kernel_log_file=DEFAULT_KERNEL_LOG_FILE, clock=time.monotonic, sleep=time.sleep, now=None):
+            kernel_log_file=DEFAULT_KERNEL_LOG_FILE, clock=time.monotonic, sleep=time.sleep, now=None,
+            meanwhile=None):
     """The ``host`` dict of the host_info module.
 
     /proc/vmstat is read first and again after everything else, at least ``sample_seconds`` later, so the
-    swap rates cost only the time the other reads did not already take.
+    swap rates cost only the time the other reads did not already take. ``meanwhile`` (a callable, e.g. the
+    audit's GPU and NIC reads) runs inside the sample too, right after the first read.
     """
     unsupported = {}
     started = clock()
     vmstat_before = parse_vmstat(fs.read("/proc/vmstat")) if sample_seconds > 0 else {}
+    if meanwhile is not None:
+        meanwhile()
 
     meminfo = parse_meminfo(fs.read("/proc/meminfo"))
     host = {

@@ -327,6 +327,22 @@ def test_swap_rates_sampled_between_two_reads(tmp_path):
     assert "memory.swap_in_per_s" not in got["unsupported"]
 
 
+def test_meanwhile_runs_inside_the_sample(tmp_path):
+    # The audit's GPU and NIC reads run between the two /proc/vmstat reads: their time shortens the wait.
+    root = mkroot.build_root(tmp_path / "r", {"pswpin": 1000, "pswpout": 50})
+    ticks = iter([100.0, 101.5, 102.0])
+    calls, slept = [], []
+
+    def meanwhile():
+        calls.append("meanwhile")
+        (root / "proc/vmstat").write_text("pswpin 2000\npswpout 50\n")
+
+    got = collect(root, sample_seconds=2.0, clock=lambda: next(ticks), sleep=slept.append, meanwhile=meanwhile)
+    assert calls == ["meanwhile"]
+    assert slept == [pytest.approx(0.5)]
+    assert (got["memory"]["swap_in_per_s"], got["memory"]["swap_out_per_s"]) == (500.0, 0.0)
+
+
 def test_sampling_really_waits(healthy):
     import time
 
