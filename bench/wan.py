@@ -808,6 +808,7 @@ TUNE_CHECK_PLAY = """- name: Long-haul network tuning, check mode (a play withou
 """
 WORKLOADS = {
     "audit": "playbooks/audit.yml: the audit, one module call, report on the controller",
+    "ping": "ansible all -m ansible.builtin.ping: Ansible's minimal round trip, the floor for one module call",
     "tune-check": "roles/network_tuning in --check, in a play that leaves fact gathering to the config",
 }
 
@@ -830,6 +831,9 @@ def ansible_run(
     cmd = ["ip", "netns", "exec", lab.ns("a1"), str(VENV_BIN / "ansible-playbook"), "-i", str(inv)]
     if workload == "audit":
         cmd += [str(REPO / "playbooks" / "audit.yml"), "-e", f"gpufleet_report_dir={report_dir}"]
+    elif workload == "ping":
+        cmd = ["ip", "netns", "exec", lab.ns("a1"), str(VENV_BIN / "ansible"), "all", "-i", str(inv)]
+        cmd += ["-m", "ansible.builtin.ping"]
     else:
         play = tmp / "tune-check.yml"
         play.write_text(TUNE_CHECK_PLAY)
@@ -854,6 +858,8 @@ def ansible_run(
         if workload == "audit":
             rep = json.loads((report_dir / "latest" / "report.json").read_text())
             ok = res.returncode == 0 and rep["summary"]["hosts"]["ok"] == 1
+        elif workload == "ping":
+            ok = res.returncode == 0 and "wan-target | SUCCESS" in res.stdout
         else:
             ok = res.returncode == 0 and bool(re.search(r"wan-target\s+: ok=\d+ .*failed=0", res.stdout))
     tasks = re.search(
@@ -947,6 +953,9 @@ def cmd_ansible(args: argparse.Namespace) -> int:
                 "ansible_ssh_private_key_file": str(tmp / "id_ed25519"),
                 "ansible_ssh_common_args": ssh_args,
                 "gpufleet_sample_seconds": args.sample_seconds,
+                # set per fleet, as inventories/example does (there: the venv prereqs installs pynvml into);
+                # --discover-interpreter leaves it to Ansible's discovery (one more SSH command per host)
+                **({} if args.discover_interpreter else {"ansible_python_interpreter": "/usr/bin/python3"}),
             }
             inv.write_text(json.dumps({"all": {"hosts": {"wan-target": host_vars}}}))
             ping = lab.ping(1)
@@ -1013,6 +1022,11 @@ def summarise_ansible(args, workloads, runs, image) -> dict[str, Any]:
             "network_seconds": network,
             "network_speedup": ratio(network.get("defaults"), network.get("shipped")),
         }
+    per_call = {}
+    if "audit" in out and "ping" in out:
+        for key, m in out["audit"]["medians"].items():
+            floor = out["ping"]["medians"].get(key, {}).get("wall_s")
+            per_call[key] = ratio(m["wall_s"], floor)
     targets = [
         {
             "what": f"{w}: defaults ÷ shipped wall at {long} ms",
@@ -1034,10 +1048,12 @@ def summarise_ansible(args, workloads, runs, image) -> dict[str, Any]:
             "runs": args.runs,
             "workloads": workloads,
             "sample_seconds": args.sample_seconds,
+            "discover_interpreter": args.discover_interpreter,
             "image": image,
             "reference_rtt0": args.rtt0,
         },
         "workloads": out,
+        "audit_over_ping": per_call,
         "targets": targets,
         "runs": runs,
     }
@@ -1072,6 +1088,10 @@ def print_ansible(result: dict[str, Any]) -> None:
                 f"  {w}: time the {p['rtt_ms']:g} ms link adds (wall at {p['rtt_ms']:g} ms − wall at 0 ms): shipped "
                 f"{net['shipped']:.2f} s, defaults {net['defaults']:.2f} s" + (f" ({ns:.2f}×)" if ns else "")
             )
+    for key, r in result.get("audit_over_ping", {}).items():
+        if r:
+            c, rtt = key.split("@")
+            print(f"  audit ÷ ping (one host, {c} config, RTT {rtt} ms): {r:.2f}×")
     print(
         f"  load average before/after {result['load_average_before'][0]:.1f}/{result['load_average_after'][0]:.1f}; "
         f"{result['seconds']:.0f} s"
@@ -1140,7 +1160,12 @@ def main(argv: list[str] | None = None) -> int:
     q = sub.add_parser("ansible", parents=[link], help="playbooks/audit.yml over SSH: shipped ansible.cfg vs defaults")
     q.add_argument("--loss", type=float, default=0.0, help="random loss rate (default 0)")
     q.add_argument("--sample-seconds", type=float, default=1.0, help="the audit's swap-rate sample (default 1.0)")
-    q.add_argument("--workloads", default=",".join(WORKLOADS), help="default audit,tune-check")
+    q.add_argument("--workloads", default=",".join(WORKLOADS), help="default " + ",".join(WORKLOADS))
+    q.add_argument(
+        "--discover-interpreter",
+        action="store_true",
+        help="leave ansible_python_interpreter unset (Ansible discovers it: one more SSH command per run)",
+    )
     q.add_argument(
         "--no-rtt0",
         dest="rtt0",
