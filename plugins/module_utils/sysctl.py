@@ -42,6 +42,21 @@ def normalize(value):
     return " ".join(str(value).split())
 
 
+def at_least(wanted, current):
+    """``wanted`` raised field by field to ``current`` where current is larger ("4096 131072 90000000" against a
+    running "4096 87380 268435456" gives "4096 131072 268435456"); ``wanted`` as it is when the two are not
+    integer lists of the same length (or nothing is running)."""
+    if current is None:
+        return wanted
+    want, have = wanted.split(), current.split()
+    if len(want) != len(have):
+        return wanted
+    try:
+        return " ".join(str(max(int(w), int(h))) for w, h in zip(want, have))
+    except ValueError:
+        return wanted
+
+
 def parse_conf(text):
     """{key: value} from sysctl.conf syntax (comments, '-' prefix for ignore-errors, '/' or '.' separators)."""
     out = {}

@@ -39,6 +39,14 @@ options:
     description: Root of the file system for C(/proc/sys) and the sysctl files (a mounted image or test tree).
     type: path
     default: /
+  at_least:
+    description:
+      - Keys of C(settings) whose values are minimums: where the running kernel already has a larger number (field
+        by field, e.g. the maximum of C(net.ipv4.tcp_rmem)), that number is kept, in the kernel and in the file,
+        instead of being lowered. Every key listed must be in C(settings).
+    type: list
+    elements: str
+    default: []
   header:
     description: Comment written at the top of the file.
     type: str
@@ -98,6 +106,10 @@ tuned:
   description: Active TuneD profile and the keys it sets that gpufleet also sets (null without TuneD).
   returned: always
   type: dict
+kept:
+  description: Keys of C(at_least) where the running value was larger, with C(wanted), C(running) and C(kept).
+  returned: always
+  type: dict
 """
 
 import os
@@ -117,6 +129,7 @@ def main():
             file=dict(type="path", default="/etc/sysctl.d/60-gpufleet.conf"),
             apply=dict(type="bool", default=True),
             root=dict(type="path", default="/"),
+            at_least=dict(type="list", elements="str", default=[]),
             header=dict(type="str", default=DEFAULT_HEADER),
             **rollback.ARGUMENT_SPEC,
         ),
@@ -135,8 +148,19 @@ def main():
         if value is None or isinstance(value, dict) or "\n" in str(value):
             module.fail_json(msg="settings.%s: value must be a number, a string or a list, got %r" % (key, value))
         settings[key] = sysctl.normalize(value)
+    unknown = sorted(set(p["at_least"]) - set(settings))
+    if unknown:
+        module.fail_json(msg="at_least: %s not in settings (keys: %s)"
+                             % (", ".join(unknown), ", ".join(sorted(settings))))
 
     fs = HostFS(p["root"])
+    kept = {}
+    for key in p["at_least"]:
+        running, _reason = sysctl.read_runtime(fs, key)
+        raised = sysctl.at_least(settings[key], running)
+        if raised != settings[key]:
+            kept[key] = {"wanted": settings[key], "running": running, "kept": raised}
+            settings[key] = raised
     own = p["file"]
     text = sysctl.render_file(settings, p["header"])
     current_text = fs.read(own)
@@ -220,6 +244,7 @@ def main():
         others=others,
         overridden=overridden,
         tuned=tuned,
+        kept=kept,
         diff=diff,
     )
 

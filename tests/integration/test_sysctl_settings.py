@@ -27,6 +27,7 @@ PLAY = """
         settings: "{{ settings }}"
         file: "{{ file }}"
         root: "{{ root | default('/') }}"
+        at_least: "{{ at_least | default([]) }}"
       check_mode: "{{ check | default(false) }}"
       diff: true
 """
@@ -108,6 +109,44 @@ def test_fixture_root_conflicts_check_then_apply(tmp_path):
     assert oct((root / "etc/sysctl.d/60-gpufleet.conf").stat().st_mode & 0o777) == "0o644"
     second = _run(tmp_path, host)["h"].results[TASK]
     assert second["changed"] is False
+
+
+def test_at_least_keeps_larger_running_values(tmp_path):
+    """A host already sized for a bigger path keeps its larger buffer maximum; smaller fields are still raised."""
+    root = _root(tmp_path)
+    (root / "proc/sys/net/ipv4/tcp_rmem").write_text("4096\t87380\t536870912\n")
+    wanted = {"net.ipv4.tcp_rmem": "4096 131072 90000000", "vm.swappiness": 10}
+    host = {
+        "h": {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "settings": wanted,
+            "file": "/etc/sysctl.d/61-gpufleet-network.conf",
+            "root": str(root),
+            "at_least": ["net.ipv4.tcp_rmem"],
+        }
+    }
+    check = _run(tmp_path, host, check=True)["h"].results[TASK]
+    assert check["kept"] == {
+        "net.ipv4.tcp_rmem": {
+            "wanted": "4096 131072 90000000",
+            "running": "4096 87380 536870912",
+            "kept": "4096 131072 536870912",
+        }
+    }
+    assert (root / "proc/sys/net/ipv4/tcp_rmem").read_text().split() == ["4096", "87380", "536870912"]
+    first = _run(tmp_path, host)["h"].results[TASK]
+    assert first["runtime"]["net.ipv4.tcp_rmem"]["after"] == "4096 131072 536870912"
+    assert (root / "proc/sys/net/ipv4/tcp_rmem").read_text().split() == ["4096", "131072", "536870912"]
+    assert "net.ipv4.tcp_rmem = 4096 131072 536870912" in (root / "etc/sysctl.d/61-gpufleet-network.conf").read_text()
+    assert _run(tmp_path, host)["h"].results[TASK]["changed"] is False
+    # not listed in at_least: the value is set as given, even if that lowers it
+    host["h"]["at_least"] = []
+    lowered = _run(tmp_path, host)["h"].results[TASK]
+    assert lowered["kept"] == {} and lowered["runtime"]["net.ipv4.tcp_rmem"]["after"] == "4096 131072 90000000"
+    host["h"]["at_least"] = ["net.ipv4.tcp_wmem"]
+    bad = _run(tmp_path, host)["h"]
+    assert bad.status == "failed" and "at_least: net.ipv4.tcp_wmem not in settings" in bad.message
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,9 @@
-"""module_utils.sysctl.settable: whether a runtime value can be set, known without writing (check mode needs it)."""
+"""module_utils.sysctl: settable (whether a runtime value can be set, known without writing: check mode needs it) and
+at_least (raise, never lower)."""
 
 from __future__ import annotations
 
+import pytest
 from ansible_collections.gpufleet.tuning.plugins.module_utils import sysctl
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
@@ -29,3 +31,18 @@ def test_key_without_write_bits_must_be_set_on_the_host(tmp_path):
 def test_absent_key_must_be_set_on_the_host(tmp_path):
     reason = sysctl.settable(HostFS(str(tmp_path)), "net.core.default_qdisc")
     assert reason.startswith("read-only or absent here (No such file or directory)")
+
+
+@pytest.mark.parametrize(
+    "wanted, running, expected",
+    [
+        ("4096 131072 90000000", "4096 87380 536870912", "4096 131072 536870912"),
+        ("4096 131072 90000000", "4096 131072 33554432", "4096 131072 90000000"),
+        ("90000000", "4194304", "90000000"),
+        ("90000000", None, "90000000"),
+        ("4096 131072 90000000", "4096 131072", "4096 131072 90000000"),  # not comparable: as wanted
+        ("bbr", "cubic", "bbr"),
+    ],
+)
+def test_at_least(wanted, running, expected):
+    assert sysctl.at_least(wanted, running) == expected
