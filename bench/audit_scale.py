@@ -620,6 +620,13 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated, run in this order each round (default: %(default)s)",
     )
     ap.add_argument(
+        "--naive-max-size",
+        type=int,
+        default=10,
+        help="run naive only at sizes up to this (default: %(default)s, so a default run takes under 10 minutes; "
+        "naive at N = 50 takes ~8 min a run: --naive-max-size 50 for its target)",
+    )
+    ap.add_argument(
         "--sample-seconds",
         type=float,
         default=0.0,
@@ -672,6 +679,7 @@ def main(argv: list[str] | None = None) -> int:
             "forks": args.forks,
             "runs": args.runs,
             "contenders": contenders,
+            "naive_max_size": args.naive_max_size,
             "sizes": sizes,
             "sample_seconds": args.sample_seconds,
             "connection": "local",
@@ -686,16 +694,17 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     for n in sizes:
         inventory, hosts = build_fleet(n, work, args.sample_seconds)
-        size = results["sizes"][str(n)] = {"hosts": n, "contenders": {c: {"runs": []} for c in contenders}}
+        here = [c for c in contenders if c != "naive" or n <= args.naive_max_size]
+        size = results["sizes"][str(n)] = {"hosts": n, "contenders": {c: {"runs": []} for c in here}}
         # Warm-up (not timed): Python bytecode, page cache and Ansible's plugin caches for every contender.
-        for name in contenders if n == sizes[0] else []:
+        for name in here if n == sizes[0] else []:
             if name == "naive":
                 continue  # the other contenders already warm everything it loads
             tmp = Path(tempfile.mkdtemp(prefix="warmup-", dir=work / "tmp"))
             measure(command(name, inventory, args.forks, tmp / "reports", []), env, tmp / "log", 1.0, args.timeout)
             shutil.rmtree(tmp)
         for r in range(args.runs):
-            for name in contenders:
+            for name in here:
                 tmp = Path(tempfile.mkdtemp(prefix=f"{n}-{name}-", dir=work / "tmp"))
                 log = runs_dir / f"{n}-{name}-{r + 1}.log"
                 res = measure(
@@ -720,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
         if args.profile:
             size["profile"] = profile(
-                n, inventory, hosts, args.forks, work, env, args.sample_interval, args.timeout, contenders, runs_dir
+                n, inventory, hosts, args.forks, work, env, args.sample_interval, args.timeout, here, runs_dir
             )
             for name, p in size["profile"].items():
                 if name == "module_direct":
