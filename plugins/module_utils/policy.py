@@ -58,8 +58,9 @@ SPEC = {
                       "rx-checksumming", "tx-checksumming", "scatter-gather"], "list",
                      "Offloads that must be on where the NIC can change them."),
         "long_link_rtt_ms": (50.0, "number", "Links at or above this RTT are long links."),
-        "buffer_factor": (4.0, "number", "TCP buffer maximum must be this many bandwidth-delay products (the kernel "
-                                          "advertises about half of it as window)."),
+        "buffer_factor": (4.0, "number",
+                          "TCP buffer maximum must be this many bandwidth-delay products (the kernel advertises about "
+                          "half of it as window)."),
         "max_buffer_bytes": (268435456, "int", "Cap on the TCP buffer size the audit asks for (bytes)."),
         "congestion_control": ("bbr", "str", "Congestion control wanted on long links when the kernel offers it."),
         "default_bandwidth_gbps": (1.0, "number", "Bandwidth assumed for a measured link that does not declare one."),

@@ -41,7 +41,7 @@ options:
     default: /
   at_least:
     description:
-      - Keys of C(settings) whose values are minimums: where the running kernel already has a larger number (field
+      - Keys of C(settings) whose values are minimums. Where the running kernel already has a larger number (field
         by field, e.g. the maximum of C(net.ipv4.tcp_rmem)), that number is kept, in the kernel and in the file,
         instead of being lowered. Every key listed must be in C(settings).
     type: list
