@@ -34,7 +34,7 @@ VENV_PYTHON = "/opt/gpufleet/venv/bin/python"
 REPO = Path(__file__).resolve().parents[3]
 GPUS = 8
 HEADER = "# Managed by gpufleet (gpufleet.tuning). Local changes will be overwritten.\n"
-# 2 x 180 ms x 1 Gbit/s (converge.yml: site ap, link to eu).
+# 4 x 180 ms x 1 Gbit/s (converge.yml: site ap, link to eu).
 BUFFER = 4 * 180 * 1_000_000_000 // 8 // 1000
 # Per network namespace: the values converge must set, and systemd-sysctl must set again after the reboot.
 TCP = {
