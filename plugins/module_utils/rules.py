@@ -805,8 +805,9 @@ RULES = (
          "throughput.", check_power_limit, role="gpu_runtime"),
     Rule("GPU-PWR-003", "power", "high", "GPU throttling for power or heat",
          "Clock event reasons show the GPU slowing down to stay under its power cap or temperature limit: the "
-         "work runs slower than paid for.", check_throttling, role="gpu_runtime",
-         manual="Check airflow, inlet temperature and power supply; raise a capped power limit."),
+         "work runs slower than paid for.", check_throttling,
+         manual="Check airflow, inlet temperature and power supply; a capped power limit is GPU-PWR-002's fix "
+                "(role gpu_runtime, tag GPU-PWR-002)."),
     Rule("GPU-THM-001", "power", "high", "GPU temperature near its slowdown threshold",
          "Within a few degrees of the slowdown threshold the GPU will soon throttle hard; cooling is marginal.",
          check_temperature, manual="Check fans, airflow, blanking panels and inlet temperature."),

@@ -258,8 +258,10 @@ def remediation_summary(
     changes: dict[str, list[str]],
     reboot: dict[str, bool],
     check: bool,
+    overrides: dict[str, list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
-    """Per host: fixed, remaining (auto-fixable or manual), new findings, what changed, reboot needed."""
+    """Per host: fixed, remaining (auto-fixable or manual), new findings, what changed, reboot needed, and the role
+    variables that took the place of a policy value (the fix then follows the variable, not what the audit judged)."""
     hosts = {}
     for name, host in sorted(before["hosts"].items()):
         was = {f["rule"]: f for f in host["findings"] if f["status"] in ("fail", "warn")}
@@ -270,6 +272,7 @@ def remediation_summary(
             "status_after": now_host.get("status") if after is not None or check else None,
             "changed_tasks": changes.get(name, []),
             "reboot_required": bool(reboot.get(name)),
+            "role_overrides": list((overrides or {}).get(name) or []),
         }
         if check:
             entry["would_fix"] = sorted(r for r, f in was.items() if _fixable(f))
@@ -291,9 +294,18 @@ def remediation_summary(
     }
 
 
+def _render_overrides(name: str, h: dict[str, Any]) -> list[str]:
+    return [
+        f"{name}: role variable {o.get('variable')}={o.get('value')!r} used instead of policy "
+        f"{o.get('policy_key')}={o.get('policy_value')!r}"
+        for o in h.get("role_overrides") or []
+    ]
+
+
 def render_remediation(summary: dict[str, Any]) -> str:
     lines = []
     for name, h in summary["hosts"].items():
+        lines.extend(_render_overrides(name, h))
         if summary["check"]:
             lines.append(
                 f"{name}: would fix {', '.join(h['would_fix']) or 'nothing'}; "
@@ -349,6 +361,7 @@ def cmd_remediate(args: argparse.Namespace) -> int:
     before.pop("_files")
     changes: dict[str, list[str]] = {}
     reboot: dict[str, bool] = {}
+    role_overrides: dict[str, list[dict[str, Any]]] = {}
 
     def on_event(event: dict[str, Any]) -> None:
         data = event.get("event_data") or {}
@@ -359,6 +372,8 @@ def cmd_remediate(args: argparse.Namespace) -> int:
             facts = res.get("ansible_facts") or {}
             if "gpufleet_reboot_required" in facts:
                 reboot[data["host"]] = bool(facts["gpufleet_reboot_required"])
+            if isinstance(facts.get("gpufleet_role_overrides"), list):
+                role_overrides[data["host"]] = facts["gpufleet_role_overrides"]
 
     lock_vars = {"gpufleet_lock_timeout": args.lock_timeout} if args.lock_timeout is not None else {}
     print(f"gpufleet: remediating{' (check mode)' if args.check else ''}, run {run_id}", file=sys.stderr)
@@ -376,7 +391,7 @@ def cmd_remediate(args: argparse.Namespace) -> int:
     )
     failed = {n: h.message for n, h in result.hosts.items() if h.status != "ok"}
     if result.interrupted:
-        summary = remediation_summary(before, None, changes, reboot, args.check)
+        summary = remediation_summary(before, None, changes, reboot, args.check, role_overrides)
         summary["failed"] = failed
         return stopped("remediate", result.interrupted, summary)
     after = None
@@ -385,10 +400,10 @@ def cmd_remediate(args: argparse.Namespace) -> int:
         if after is not None:
             after.pop("_files")
         if interrupted:
-            summary = remediation_summary(before, after, changes, reboot, args.check)
+            summary = remediation_summary(before, after, changes, reboot, args.check, role_overrides)
             summary["failed"] = failed
             return stopped("audit-after", interrupted, summary)
-    summary = remediation_summary(before, after, changes, reboot, args.check)
+    summary = remediation_summary(before, after, changes, reboot, args.check, role_overrides)
     summary["run_id"] = run_id
     summary["failed"] = failed
     summary["complete"] = True
@@ -465,11 +480,24 @@ def cmd_policy(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _fleet_args(parser: argparse.ArgumentParser, policy: bool = True) -> None:
-    """Options every command that runs against an inventory takes."""
-    parser.add_argument(
-        "-i", "--inventory", default=_default_inventory(), help="Ansible inventory (default: %(default)s)"
-    )
+def _fleet_args(parser: argparse.ArgumentParser, policy: bool = True, inventory_required: bool = False) -> None:
+    """Options every command that runs against an inventory takes.
+
+    Commands that change hosts (remediate, rollback) take no default inventory: a bare command must never tune the
+    machine it runs on.
+    """
+    if inventory_required:
+        parser.add_argument(
+            "-i",
+            "--inventory",
+            required=True,
+            help="Ansible inventory of the hosts to change (required: there is no default, so a bare command never "
+            "tunes the machine it runs on)",
+        )
+    else:
+        parser.add_argument(
+            "-i", "--inventory", default=_default_inventory(), help="Ansible inventory (default: %(default)s)"
+        )
     parser.add_argument("-l", "--limit", help="limit to these hosts/groups (Ansible pattern)")
     if policy:
         parser.add_argument("--policy", help="YAML file with policy overrides, merged last")
@@ -517,7 +545,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.set_defaults(func=cmd_audit)
 
     rem = sub.add_parser("remediate", help="fix findings (roles by area and rule-id tags), audit before and after")
-    _fleet_args(rem)
+    _fleet_args(rem, inventory_required=True)
     rem.add_argument("--tags", help="areas (memory,cpu,network,power,gpu,host) or rule ids (GPU-PWR-001,...)")
     rem.add_argument("--check", action="store_true", help="change nothing; say what would change")
     rem.add_argument("--diff", action="store_true", help="show the changes (with --check: the changes it would make)")
@@ -539,7 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     rem.set_defaults(func=cmd_remediate)
 
     rb = sub.add_parser("rollback", help="restore what a remediation run changed")
-    _fleet_args(rb, policy=False)
+    _fleet_args(rb, policy=False, inventory_required=True)
     rb.add_argument("--run", help="remediation run id (default: the newest on each host)")
     rb.add_argument("--check", action="store_true", help="change nothing; say what would be restored")
     rb.set_defaults(func=cmd_rollback)

@@ -1,0 +1,47 @@
+"""Commands that change hosts never default to the machine they run on, and the remediation report says when a
+role variable took the policy's place (issue 12)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet import cli
+
+
+@pytest.mark.parametrize("command", [["remediate"], ["remediate", "--check"], ["rollback"], ["rollback", "--check"]])
+def test_changing_commands_require_an_inventory(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.build_parser().parse_args(command)
+    assert exc.value.code != 0
+    assert "-i/--inventory" in capsys.readouterr().err
+
+
+def test_audit_keeps_its_default_inventory():
+    args = cli.build_parser().parse_args(["audit"])
+    assert args.inventory.endswith("inventories/local/hosts.yml")
+
+
+def _report(run_id, findings):
+    return {"run": {"id": run_id}, "hosts": {"h1": {"status": "ok", "findings": findings}}}
+
+
+def test_role_overrides_reach_the_summary_and_the_terminal():
+    failing = [{"rule": "NET-TCP-001", "status": "fail", "fix": {"role": "network_tuning"}}]
+    override = {
+        "variable": "network_tuning_buffer_bytes",
+        "value": 16777216,
+        "policy_key": "network.buffer_factor",
+        "policy_value": 4.0,
+    }
+    summary = cli.remediation_summary(_report("a", failing), _report("b", failing), {}, {}, False, {"h1": [override]})
+    assert summary["hosts"]["h1"]["role_overrides"] == [override]
+    assert summary["hosts"]["h1"]["remaining_auto"] == ["NET-TCP-001"]
+    text = cli.render_remediation(summary)
+    assert "network_tuning_buffer_bytes=16777216" in text
+    assert "policy network.buffer_factor=4.0" in text
+
+
+def test_no_overrides_means_an_empty_list():
+    summary = cli.remediation_summary(_report("a", []), _report("b", []), {}, {}, False)
+    assert summary["hosts"]["h1"]["role_overrides"] == []
+    assert "role variable" not in cli.render_remediation(summary)
