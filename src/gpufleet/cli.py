@@ -350,7 +350,7 @@ def cmd_remediate(args: argparse.Namespace) -> int:
             print(render_remediation(summary))
         print(f"gpufleet: interrupted by {signame} during {stage}; partial report: {path}", file=sys.stderr)
         if stage != "audit-before":
-            print(f"undo what changed: gpufleet rollback --run {run_id}", file=sys.stderr)
+            print(f"undo what changed: gpufleet rollback --run {run_id} -i {args.inventory}", file=sys.stderr)
         return EXIT_INTERRUPTED
 
     before, interrupted = _run_audit(args, out / "before", overrides, host_names, "auditing (before)")
@@ -413,7 +413,7 @@ def cmd_remediate(args: argparse.Namespace) -> int:
     print(render_remediation(summary))
     for name, message in sorted(failed.items()):
         print(f"{name}: remediation FAILED: {message}")
-    print(f"before/after report: {path}  (undo: gpufleet rollback --run {run_id})")
+    print(f"before/after report: {path}  (undo: gpufleet rollback --run {run_id} -i {args.inventory})")
     if failed or after is None and not args.check:
         return EXIT_HOSTS
     return _exit_code(after, args.fail_on) if after else EXIT_OK
