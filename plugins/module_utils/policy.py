@@ -45,7 +45,9 @@ SPEC = {
         "governor": ("performance", "str", "Required CPU frequency governor."),
         "min_cores_per_gpu": (8, "int", "Fewest physical CPU cores per GPU for data loading and launch threads."),
         "numa_balancing": (False, "bool", "Whether automatic NUMA balancing may be on."),
-        "irqbalance": ("running", ("running", "stopped", "any"), "Required irqbalance state."),
+        "irqbalance": ("any", ("running", "stopped", "any"),
+                       "Required irqbalance state; any leaves it to the owner. With running, NIC and GPU IRQs pinned "
+                       "by hand (affinity narrower than the device's NUMA node) pass: irqbalance would move them."),
         "fabric_nic_min_mbps": (100000, "int",
                                 "NICs at or above this speed (and InfiniBand ports) are GPU fabric NICs for the "
                                 "NUMA locality check."),
@@ -66,7 +68,15 @@ SPEC = {
         "default_bandwidth_gbps": (1.0, "number", "Bandwidth assumed for a measured link that does not declare one."),
     },
     "power": {
-        "min_power_limit_pct": (100.0, "number", "Lowest acceptable power limit, in percent of the GPU's default."),
+        "min_power_limit_pct": (100.0, "number",
+                                "Lowest acceptable power limit, in percent of the GPU's default, when no cap is "
+                                "declared (limit_w, limit_pct)."),
+        "limit_w": (None, "number",
+                    "Declared power cap in watts (per group or host): the limit must be exactly this, clamped to "
+                    "the GPU's min/max; null: no cap declared. At most one of limit_w and limit_pct."),
+        "limit_pct": (None, "number",
+                      "Declared power cap in percent of the GPU's default limit; null: no cap declared. At most one "
+                      "of limit_w and limit_pct."),
         "temp_margin_c": (5, "int", "Flag GPUs within this many degrees of their slowdown temperature."),
         "busy_util_pct": (30, "int", "A GPU at or above this utilization is busy (for the PCIe link check)."),
         "ecc": (True, "bool", "Whether ECC must be on."),
@@ -187,6 +197,18 @@ def _validate_links(policy):
             raise PolicyError("policy.%s.port: must be 1-65535, got %r" % (path, port))
 
 
+def _validate_power(policy):
+    power = policy.get("power") or {}
+    if power.get("limit_w") is not None and power.get("limit_pct") is not None:
+        raise PolicyError("policy.power.limit_w and policy.power.limit_pct: set at most one of them, got %r W and "
+                          "%r %% (a later layer that switches kind sets the other to null)"
+                          % (power["limit_w"], power["limit_pct"]))
+    for key in ("limit_w", "limit_pct"):
+        if power.get(key) is not None and power[key] <= 0:
+            raise PolicyError("policy.power.%s: must be a number > 0 (or null: no cap declared), got %r"
+                              % (key, power[key]))
+
+
 def _validate_rules(policy, known_rules):
     for rule_id, conf in (policy.get("rules") or {}).items():
         path = "rules.%s" % rule_id
@@ -210,6 +232,7 @@ def validate(overrides, known_rules=None):
     _validate_section(SPEC, overrides, "")
     policy = merge(DEFAULTS, overrides)
     _validate_links(policy)
+    _validate_power(policy)
     _validate_rules(policy, known_rules)
     return policy
 

@@ -321,6 +321,18 @@ def check_numa_balancing(facts, pol):
     return result(status, value, allowed, "automatic NUMA balancing is %s" % ("on" if value else "off"))
 
 
+def pinned_summary(pinned):
+    """"ens1f0 (IRQs 120-123), 0000:18:00.0 (IRQ 200)": hand-pinned IRQs grouped by device, for messages."""
+    by_device = {}
+    for item in pinned or []:
+        by_device.setdefault(item.get("device"), []).append(int(item["irq"]))
+    parts = []
+    for device in sorted(by_device, key=str):
+        irqs = by_device[device]
+        parts.append("%s (IRQ%s %s)" % (device, "s" if len(irqs) > 1 else "", decoders.cpus_to_cpulist(irqs)))
+    return ", ".join(parts)
+
+
 def check_irqbalance(facts, pol):
     irq = _host(facts, "irqbalance")
     if irq is None:
@@ -329,6 +341,12 @@ def check_irqbalance(facts, pol):
     state = "running" if irq.get("running") else "stopped"
     if wanted == "any" or state == wanted:
         return result("pass", state, wanted, "irqbalance is %s" % state)
+    pinned = _host(facts, "irq", "pinned") or []
+    if wanted == "running" and pinned:
+        # Pinning NIC and GPU interrupts by hand is the other way to spread them (the rationale says so), and
+        # irqbalance would move them: a deliberate choice, kept.
+        return result("pass", {"state": state, "pinned": len(pinned)}, wanted,
+                      "irqbalance is stopped; IRQs pinned by hand: %s" % pinned_summary(pinned), items=pinned)
     return result("fail", {"state": state, "installed": irq.get("installed")}, wanted, "irqbalance is %s" % state)
 
 
@@ -503,16 +521,74 @@ def _limit_floor(g, pol):
     return None if default is None else default * pol["power"]["min_power_limit_pct"] / 100.0
 
 
-def check_power_limit(facts, pol):
-    def bad(g):
-        floor, limit = _limit_floor(g, pol), _get(g, "power", "limit_w")
-        return None if floor is None or limit is None else limit < floor - 0.5
+def declared_cap_w(g, pol):
+    """The power cap the policy declares for this GPU in watts (power.limit_w, or power.limit_pct of the default),
+    clamped to the GPU's min/max limits as NVML enforces them; None when no cap is declared or the GPU does not
+    report what it needs. gpu_runtime sets exactly this value (gpu_settings clamps the same way)."""
+    power = pol["power"]
+    if power.get("limit_w") is not None:
+        cap = float(power["limit_w"])
+    elif power.get("limit_pct") is not None:
+        default = _get(g, "power", "default_limit_w")
+        if default is None:
+            return None
+        cap = default * power["limit_pct"] / 100.0
+    else:
+        return None
+    low, high = _get(g, "power", "min_limit_w"), _get(g, "power", "max_limit_w")
+    if low is not None:
+        cap = max(cap, low)
+    if high is not None:
+        cap = min(cap, high)
+    return cap
 
-    return _per_gpu(
-        facts, bad,
-        lambda g: {"limit_w": _get(g, "power", "limit_w"), "default_limit_w": _get(g, "power", "default_limit_w")},
-        ">= %s%% of the default limit" % pol["power"]["min_power_limit_pct"], "power limits are at policy",
-        "power limit below %s%% of the default" % pol["power"]["min_power_limit_pct"])
+
+def _declared_text(pol):
+    power = pol["power"]
+    if power.get("limit_w") is not None:
+        return "%s W" % power["limit_w"]
+    return "%s%% of the default limit" % power["limit_pct"]
+
+
+def check_power_limit(facts, pol):
+    power = pol["power"]
+    if power.get("limit_w") is None and power.get("limit_pct") is None:
+        def bad(g):
+            floor, limit = _limit_floor(g, pol), _get(g, "power", "limit_w")
+            return None if floor is None or limit is None else limit < floor - 0.5
+
+        return _per_gpu(
+            facts, bad,
+            lambda g: {"limit_w": _get(g, "power", "limit_w"), "default_limit_w": _get(g, "power", "default_limit_w")},
+            ">= %s%% of the default limit" % power["min_power_limit_pct"], "power limits are at policy",
+            "power limit below %s%% of the default (no cap declared in power.limit_w or power.limit_pct)"
+            % power["min_power_limit_pct"])
+
+    # A declared cap is an owner's decision (a rack's power budget): the limit must be exactly that, neither
+    # below (the GPUs lose throughput for nothing) nor above (the budget is broken).
+    gpus = _gpus(facts)
+    if gpus is None:
+        return skip("no NVIDIA GPUs could be read")
+    observed, items = {}, []
+    for g in gpus:
+        cap, limit = declared_cap_w(g, pol), _get(g, "power", "limit_w")
+        if cap is None or limit is None:
+            continue
+        observed[str(g["index"])] = {"limit_w": limit, "declared_cap_w": round(cap, 1)}
+        if abs(limit - cap) > 0.5:
+            items.append({"gpu": g["index"], "limit_w": limit, "declared_cap_w": round(cap, 1),
+                          "problem": "above the declared cap" if limit > cap else "below the declared cap"})
+    if not observed:
+        return skip("the GPUs do not report this")
+    expected = "the declared cap, %s (clamped to each GPU's min/max limit)" % _declared_text(pol)
+    if items:
+        above = [i["gpu"] for i in items if i["problem"] == "above the declared cap"]
+        below = [i["gpu"] for i in items if i["problem"] == "below the declared cap"]
+        parts = (["GPU(s) %s above the declared cap" % above] if above else []) + \
+                (["GPU(s) %s below the declared cap" % below] if below else [])
+        return result("fail", observed, expected, "power limit differs from the declared cap %s: %s"
+                      % (_declared_text(pol), "; ".join(parts)), items=items)
+    return result("pass", observed, expected, "power limits are at the declared cap %s" % _declared_text(pol))
 
 
 def check_throttling(facts, pol):
@@ -800,9 +876,11 @@ RULES = (
          "Without persistence mode the driver tears down GPU state when no process uses it; every job start pays "
          "seconds of initialisation and settings such as power limits can be lost.", check_persistence,
          role="gpu_runtime"),
-    Rule("GPU-PWR-002", "power", "high", "Power limit below policy",
+    Rule("GPU-PWR-002", "power", "high", "Power limit not at policy",
          "A capped power limit lowers clocks under load; an A100 capped at 250 W loses a large share of its "
-         "throughput.", check_power_limit, role="gpu_runtime"),
+         "throughput. A cap the policy declares (power.limit_w or power.limit_pct, e.g. a rack's power budget) "
+         "is kept exactly: above it breaks the budget, below it loses throughput for nothing.",
+         check_power_limit, role="gpu_runtime"),
     Rule("GPU-PWR-003", "power", "high", "GPU throttling for power or heat",
          "Clock event reasons show the GPU slowing down to stay under its power cap or temperature limit: the "
          "work runs slower than paid for.", check_throttling,

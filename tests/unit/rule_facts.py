@@ -119,6 +119,7 @@ HEALTHY = {
             ],
         },
         "irqbalance": {"installed": True, "running": True},
+        "irq": {"devices": 10, "irqs": 200, "pinned": [], "driver_set": 0, "unreadable": 0},
         "kernel": {"release": "5.15.0-105-generic", "version": None},
         "os": {"id": "ubuntu", "version_id": "22.04", "pretty_name": "Ubuntu 22.04.4 LTS"},
         "kernel_log": {

@@ -31,6 +31,10 @@ def test_defaults_validate_and_merge():
         ({"sites": {"eu": {"link": {}}}}, "policy.sites.eu.link: unknown key"),
         ({"peers": [{"site": "us", "host": "h", "port": 70000}]}, "policy.peers[0].port: must be 1-65535"),
         ({"peers": [{"host": "h"}]}, "policy.peers[0]: expected {site, host"),
+        ({"power": {"limit_w": 300, "limit_pct": 80}},
+         "policy.power.limit_w and policy.power.limit_pct: set at most one of them"),
+        ({"power": {"limit_w": 0}}, "policy.power.limit_w: must be a number > 0"),
+        ({"power": {"limit_pct": "80%"}}, "policy.power.limit_pct: expected number"),
     ],
 )
 def test_bad_policies_name_the_key(overrides, message):
@@ -44,3 +48,11 @@ def test_every_key_is_documented():
     assert len(rows) >= 30
     assert all(doc and doc[0].isupper() for _, _, doc in rows)
     assert ("memory.max_swappiness", 10, rows[[r[0] for r in rows].index("memory.max_swappiness")][2]) in rows
+
+
+def test_declared_power_cap_and_irqbalance_defaults():
+    assert DEFAULTS["cpu"]["irqbalance"] == "any"  # an owner's choice unless the policy asks for one
+    assert DEFAULTS["power"]["limit_w"] is None and DEFAULTS["power"]["limit_pct"] is None
+    # A later layer switches kind by nulling the other key (the layers merge before validation).
+    policy = validate({"power": {"limit_w": None, "limit_pct": 80}})
+    assert (policy["power"]["limit_w"], policy["power"]["limit_pct"]) == (None, 80)

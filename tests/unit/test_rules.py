@@ -75,7 +75,7 @@ def _nic_on_one_node(f):
         n["numa_node"] = 0
 
 
-# rule id -> (mutation that still passes (None: the healthy host), mutation that fails)
+# rule id -> (mutation that still passes (None: the healthy host), mutation that fails[, policy for both])
 CASES = {
     "GPU-MEM-001": (_full_not_swapping, _full_and_swapping),
     "HOST-MEM-001": (None, _set(lambda f: host(f)["memory"], swap_in_per_s=300.0, swap_out_per_s=500.0)),
@@ -99,7 +99,7 @@ CASES = {
     "HOST-CPU-002": (None, _set(lambda f: host(f)["cpu"], cores=32)),
     "GPU-NUMA-001": (None, _nic_on_one_node),
     "HOST-CPU-003": (None, _set(lambda f: host(f)["numa"], balancing=True)),
-    "HOST-CPU-004": (None, _set(lambda f: host(f)["irqbalance"], running=False)),
+    "HOST-CPU-004": (None, _set(lambda f: host(f)["irqbalance"], running=False), {"cpu": {"irqbalance": "running"}}),
     "NET-MTU-001": (lambda f: nics(f)[0].update(mtu=1500), lambda f: nics(f)[0].update(mtu=1280)),
     "NET-RING-001": (None, lambda f: nics(f)[0]["rings"].update(rx=1024, tx=1024)),
     "NET-OFFL-001": (None, lambda f: nics(f)[1]["offloads"].update({"generic-receive-offload": False})),
@@ -161,6 +161,10 @@ def _evaluate(facts, overrides=None):
     return {f["rule"]: f for f in rules.evaluate(facts, policy)}
 
 
+def _case_policy(rule_id):
+    return CASES[rule_id][2] if len(CASES[rule_id]) > 2 else None
+
+
 def test_every_rule_has_a_pass_and_a_fail_case():
     assert set(CASES) == set(rules.BY_ID)
 
@@ -177,7 +181,7 @@ def test_rule_passes(rule_id):
     mutate = CASES[rule_id][0]
     if mutate:
         mutate(facts)
-    finding = _evaluate(facts)[rule_id]
+    finding = _evaluate(facts, _case_policy(rule_id))[rule_id]
     assert finding["status"] == "pass", finding
 
 
@@ -185,7 +189,7 @@ def test_rule_passes(rule_id):
 def test_rule_fails(rule_id):
     facts = healthy()
     CASES[rule_id][1](facts)
-    findings = _evaluate(facts)
+    findings = _evaluate(facts, _case_policy(rule_id))
     finding = findings[rule_id]
     assert finding["status"] == "fail", finding
     assert finding["message"] and finding["expected"] is not None
@@ -309,3 +313,69 @@ def test_mtu_policy_for_jumbo_fabrics():
     nics(facts)[0]["mtu"] = 1500
     finding = _evaluate(facts, {"network": {"min_mtu": 9000}})["NET-MTU-001"]
     assert finding["status"] == "fail" and finding["items"] == [{"nic": "ens1", "mtu": 1500}]
+
+
+# ---------------------------------------------------------------- issue 12: deliberate choices are kept
+
+
+def _limits(f, *watts):
+    for g, w in zip(gpus(f), watts, strict=True):
+        g["power"].update(limit_w=w, enforced_limit_w=w)
+
+
+@pytest.mark.parametrize(
+    "power, limits, status, problems",
+    [
+        ({"limit_w": 500}, [500.0] * 8, "pass", []),
+        ({"limit_w": 500}, [700.0] + [500.0] * 7, "fail", ["above the declared cap"]),  # the default is not the cap
+        ({"limit_w": 500}, [450.0] + [500.0] * 7, "fail", ["below the declared cap"]),
+        ({"limit_pct": 80}, [560.0] * 8, "pass", []),  # 80 % of 700 W
+        ({"limit_pct": 80}, [700.0] * 8, "fail", ["above the declared cap"] * 8),
+        ({"limit_w": 150}, [200.0] * 8, "pass", []),  # below the GPU's 200 W minimum: clamped to it
+        ({"limit_w": 900}, [700.0] * 8, "pass", []),  # above the 700 W maximum: clamped to it
+        ({}, [500.0] + [700.0] * 7, "fail", ["power limit below"]),  # no cap declared: a capped GPU is a finding
+    ],
+)
+def test_power_limit_against_a_declared_cap(power, limits, status, problems):
+    facts = healthy()
+    _limits(facts, *limits)
+    finding = _evaluate(facts, {"power": power})["GPU-PWR-002"]
+    assert finding["status"] == status, finding
+    if power:
+        assert [i["problem"] for i in finding["items"]] == problems
+        assert "declared cap" in finding["expected"]
+    elif problems:
+        assert problems[0] in finding["message"] and finding["items"][0]["gpu"] == 0
+
+
+def test_above_the_declared_cap_names_the_gpu_and_the_cap():
+    facts = healthy()
+    _limits(facts, *([300.0] + [250.0] * 7))
+    finding = _evaluate(facts, {"power": {"limit_w": 250}})["GPU-PWR-002"]
+    assert finding["status"] == "fail"
+    assert finding["items"] == [
+        {"gpu": 0, "limit_w": 300.0, "declared_cap_w": 250.0, "problem": "above the declared cap"}
+    ]
+    assert "GPU(s) [0] above the declared cap" in finding["message"] and "250 W" in finding["message"]
+
+
+def test_irqbalance_any_by_default_and_pinned_irqs_are_kept():
+    facts = healthy()
+    host(facts)["irqbalance"]["running"] = False
+    assert _evaluate(facts)["HOST-CPU-004"]["status"] == "pass"  # default any: the owner's choice
+    running = {"cpu": {"irqbalance": "running"}}
+    assert _evaluate(facts, running)["HOST-CPU-004"]["status"] == "fail"  # stopped, nothing pinned
+    host(facts)["irq"]["pinned"] = [
+        {"irq": 120, "device": "ens1", "cpus": "2"},
+        {"irq": 121, "device": "ens1", "cpus": "3"},
+        {"irq": 300, "device": "0000:18:00.0", "cpus": "4"},
+    ]
+    finding = _evaluate(facts, running)["HOST-CPU-004"]
+    assert finding["status"] == "pass", finding
+    assert finding["message"] == (
+        "irqbalance is stopped; IRQs pinned by hand: 0000:18:00.0 (IRQ 300), ens1 (IRQs 120-121)"
+    )
+    assert len(finding["items"]) == 3
+    # Pinned IRQs do not excuse a running irqbalance that the policy wants stopped.
+    host(facts)["irqbalance"]["running"] = True
+    assert _evaluate(facts, {"cpu": {"irqbalance": "stopped"}})["HOST-CPU-004"]["status"] == "fail"
