@@ -52,6 +52,17 @@ def parse_power_limit(value):
     return "watts", number
 
 
+def resolve_power_limit(kind, number, default, maximum):
+    """Milliwatts for one GPU from a parsed power limit (see parse_power_limit) and its default and maximum (mW)."""
+    if kind == "default":
+        return int(default)
+    if kind == "max":
+        return int(maximum)
+    if kind == "watts":
+        return int(round(number * 1000))
+    return int(round(int(default) * number / 100.0))
+
+
 def select_gpus(nv, selectors):
     """Handles for 'all', indexes and UUIDs. Raises SettingsError for a GPU that does not exist."""
     count = int(nv.nvmlDeviceGetCount())
@@ -127,14 +138,23 @@ def plan_gpu(nv, index, want, locked_record):
             unsupported["power_limit"] = err or err2 or err3
         else:
             lo, hi = int(limits[0]), int(limits[1])
-            target = {"default": int(default), "max": hi}.get(kind)
-            if kind == "watts":
-                target = int(round(number * 1000))
-            elif kind == "percent":
-                target = int(round(int(default) * number / 100.0))
+            target = resolve_power_limit(kind, number, int(default), hi)
+            if want.get("power_limit_clamp"):
+                target = min(max(target, lo), hi)
             if not lo <= target <= hi:
                 raise SettingsError("power_limit: %s W is outside GPU %d's allowed range %s-%s W"
                                     % (_w(target), index, _w(lo), _w(hi)))
+            if want.get("power_limit_cap") is not None:
+                # The cap as NVML can enforce it: a cap below the GPU's minimum means the minimum.
+                cap_kind, cap_number = want["power_limit_cap"]
+                cap = min(max(resolve_power_limit(cap_kind, cap_number, int(default), hi), lo), hi)
+                if target > cap:
+                    raise SettingsError("power_limit: %s W for GPU %d is above the declared cap of %s W "
+                                        "(power_limit_cap %s): an owner's cap is kept; lower power_limit or change "
+                                        "the cap" % (_w(target), index, _w(cap), want["power_limit_cap_text"]))
+            if want.get("power_limit_at_least") and int(cur) >= target and (
+                    want.get("power_limit_cap") is None or int(cur) <= cap):
+                target = int(cur)  # a minimum: a GPU already at or above it keeps its limit
             before["power_limit_w"] = _w(cur)
             after["power_limit_w"] = _w(target)
             if int(cur) != target:

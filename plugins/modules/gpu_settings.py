@@ -38,6 +38,28 @@ options:
       - Power limit as watts (C(350) or C(350W)), percent of the GPU's default (C(90%)), C(default) or C(max).
       - A value outside the GPU's allowed range fails, naming the range.
     type: str
+  power_limit_cap:
+    description:
+      - A declared cap (watts like C(300), or C(NN%) of each GPU's default): a O(power_limit) that resolves above it
+        on any selected GPU fails before anything is written, naming the GPU and the cap. A cap below a GPU's minimum
+        limit counts as that minimum.
+      - The M(gpufleet.tuning.gpu_runtime) role passes the policy's C(power.limit_w) or C(power.limit_pct) here.
+    type: str
+    version_added: "0.2.0"
+  power_limit_clamp:
+    description:
+      - Clamp O(power_limit) to each GPU's allowed range (C(nvmlDeviceGetPowerManagementLimitConstraints)) instead of
+        failing, as the audit's rule GPU-PWR-002 does for a declared cap.
+    type: bool
+    default: false
+    version_added: "0.2.0"
+  power_limit_at_least:
+    description:
+      - O(power_limit) is a minimum: a GPU whose limit is already at or above it (and not above O(power_limit_cap))
+        keeps its limit, as the audit judges C(power.min_power_limit_pct).
+    type: bool
+    default: false
+    version_added: "0.2.0"
   compute_mode:
     description: Compute mode.
     type: str
@@ -95,6 +117,19 @@ EXAMPLES = r"""
   gpufleet.tuning.gpu_settings:
     gpus: ["0", "GPU-6f1c2a3b-0d4e-5f60-8a9b-0c1d2e3f4a5b"]
     power_limit: 90%
+  become: true
+
+- name: Set the declared cap exactly, clamped to each GPU's range, never above it
+  gpufleet.tuning.gpu_settings:
+    power_limit: "300"
+    power_limit_cap: "300"
+    power_limit_clamp: true
+  become: true
+
+- name: Raise capped GPUs to their default limit, leave GPUs at or above it alone
+  gpufleet.tuning.gpu_settings:
+    power_limit: 100%
+    power_limit_at_least: true
   become: true
 
 - name: Lock graphics clocks and request ECC on at next boot
@@ -166,6 +201,18 @@ def _wanted(module):
             want["power_limit"] = gs.parse_power_limit(p["power_limit"])
         except gs.SettingsError as exc:
             module.fail_json(msg=str(exc))
+    if p["power_limit_cap"] is not None:
+        try:
+            kind, number = gs.parse_power_limit(p["power_limit_cap"])
+        except gs.SettingsError as exc:
+            module.fail_json(msg=str(exc).replace("power_limit:", "power_limit_cap:", 1))
+        if kind not in ("watts", "percent"):
+            module.fail_json(msg="power_limit_cap: use watts (300) or a percent of the default (80%%), got %r"
+                             % p["power_limit_cap"])
+        want["power_limit_cap"] = (kind, number)
+        want["power_limit_cap_text"] = p["power_limit_cap"]
+    want["power_limit_clamp"] = p["power_limit_clamp"]
+    want["power_limit_at_least"] = p["power_limit_at_least"]
     if p["application_clocks"] is not None:
         value = p["application_clocks"]
         if value == "default":
@@ -199,6 +246,9 @@ def main():
             gpus=dict(type="list", elements="str", default=["all"]),
             persistence_mode=dict(type="bool"),
             power_limit=dict(type="str"),
+            power_limit_cap=dict(type="str"),
+            power_limit_clamp=dict(type="bool", default=False),
+            power_limit_at_least=dict(type="bool", default=False),
             compute_mode=dict(type="str", choices=list(gs.COMPUTE_MODES)),
             application_clocks=dict(type="raw"),
             locked_clocks=dict(type="raw"),

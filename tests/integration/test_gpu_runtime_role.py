@@ -138,3 +138,117 @@ def test_apply_script_reports_failures(tmp_path, profiles, sim_lib):
     assert proc.returncode == 1
     assert "power_limit_w failed" in proc.stderr and "not found" in proc.stderr
     assert f"{uuid}: persistence_mode applied" in proc.stdout  # the other settings still went through
+
+
+# ---------------------------------------------------------------- issue 12: the target comes from the policy
+
+
+def _policy_host(tmp_path, profiles, sim_lib, overrides, **hostvars):
+    """One A100 host (400 W default, 100-400 W) with its simulated state; role variables and policy layers given."""
+    state = tmp_path / "nvml.state"
+    profiles.write_state(state, profiles.build_state("a100", gpus=2, driver="550", overrides=overrides))
+    inv = {
+        "all": {
+            "hosts": {
+                "gpu1": {
+                    "ansible_connection": "local",
+                    "ansible_python_interpreter": sys.executable,
+                    "sim_lib_dir": str(sim_lib.parent),
+                    "sim_state": str(state),
+                    "gpu_runtime_persist_at_boot": False,
+                    "gpu_runtime_state_dir": str(tmp_path / "var"),
+                    **hostvars,
+                }
+            }
+        }
+    }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
+    (tmp_path / "play.yml").write_text(PLAY + FACT_TASK)
+    return state
+
+
+# Records the fact the lead's remediation report reads.
+FACT_TASK = """  tasks:
+    - name: Policy overrides
+      ansible.builtin.debug:
+        var: gpu_runtime_policy_overrides
+"""
+
+
+def _limits(profiles, state):
+    values = profiles.read_state(state)
+    return [values[f"gpu.{i}.power_limit_mw"] for i in range(2)]
+
+
+def test_declared_cap_is_set_exactly(tmp_path, profiles, sim_lib):
+    # The group's policy declares a 300 W cap on 400 W-default GPUs: the role sets 300 W, not the default.
+    state = _policy_host(tmp_path, profiles, sim_lib, [], gpufleet_policy_group={"power": {"limit_w": 300}})
+    gpu1, changed = _run(tmp_path)
+    assert gpu1.status == "ok", gpu1.message
+    assert "Power limit (GPU-PWR-002)" in changed
+    assert _limits(profiles, state) == ["300000", "300000"]
+    assert gpu1.results["Policy overrides"]["gpu_runtime_policy_overrides"] == []
+    gpu1, changed = _run(tmp_path)
+    assert gpu1.status == "ok" and changed == []
+
+
+def test_hand_set_cap_declared_in_policy_is_left_alone(tmp_path, profiles, sim_lib):
+    # An owner capped the GPUs at 300 W by hand and declared it: nothing changes (today the role restores 400 W).
+    state = _policy_host(
+        tmp_path, profiles, sim_lib, ["gpu.*.power_limit_mw=300000"], gpufleet_policy_host={"power": {"limit_w": 300}}
+    )
+    gpu1, changed = _run(tmp_path)
+    assert gpu1.status == "ok", gpu1.message
+    assert "Power limit (GPU-PWR-002)" not in changed
+    assert gpu1.results["Power limit (GPU-PWR-002)"]["changed"] is False
+    assert _limits(profiles, state) == ["300000", "300000"]
+
+
+def test_declared_percent_cap_clamped_to_the_gpu_range(tmp_path, profiles, sim_lib):
+    # 20 % of 400 W is 80 W, below the A100's 100 W minimum: the rule expects 100 W and the role sets it.
+    state = _policy_host(tmp_path, profiles, sim_lib, [], gpufleet_policy={"power": {"limit_pct": 20}})
+    gpu1, _changed = _run(tmp_path)
+    assert gpu1.status == "ok", gpu1.message
+    assert _limits(profiles, state) == ["100000", "100000"]
+
+
+def test_no_declared_cap_restores_the_default_and_keeps_higher_limits(tmp_path, profiles, sim_lib):
+    # GPU 0 capped at 300 W with no cap declared: still a finding, the role restores the 400 W default.
+    state = _policy_host(tmp_path, profiles, sim_lib, ["gpu.0.power_limit_mw=300000"])
+    gpu1, changed = _run(tmp_path)
+    assert gpu1.status == "ok", gpu1.message
+    assert _limits(profiles, state) == ["400000", "400000"]
+    # A floor of 50 % is a minimum: a GPU at 300 W (75 %) is not lowered to 200 W.
+    state = _policy_host(
+        tmp_path,
+        profiles,
+        sim_lib,
+        ["gpu.0.power_limit_mw=300000"],
+        gpufleet_policy={"power": {"min_power_limit_pct": 50}},
+    )
+    gpu1, changed = _run(tmp_path)
+    assert gpu1.status == "ok", gpu1.message
+    assert changed == [] and _limits(profiles, state) == ["300000", "400000"]
+
+
+def test_user_value_wins_is_reported_and_never_exceeds_a_declared_cap(tmp_path, profiles, sim_lib):
+    state = _policy_host(tmp_path, profiles, sim_lib, [], gpu_runtime_power_limit="350")
+    gpu1, _changed = _run(tmp_path)
+    assert gpu1.status == "ok", gpu1.message
+    assert _limits(profiles, state) == ["350000", "350000"]
+    assert gpu1.results["Policy overrides"]["gpu_runtime_policy_overrides"] == [
+        {
+            "variable": "gpu_runtime_power_limit",
+            "value": "350",
+            "policy_key": "power.min_power_limit_pct",
+            "policy_value": 100.0,
+        }
+    ]
+    # Above the host's declared 300 W cap: refused for this host, before any GPU is touched.
+    state = _policy_host(
+        tmp_path, profiles, sim_lib, [], gpu_runtime_power_limit="max", gpufleet_policy_host={"power": {"limit_w": 300}}
+    )
+    gpu1, _changed = _run(tmp_path)
+    assert gpu1.status == "failed"
+    assert "above the declared cap of 300 W" in gpu1.message and "GPU 0" in gpu1.message, gpu1.message
+    assert _limits(profiles, state) == ["400000", "400000"]
