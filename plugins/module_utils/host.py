@@ -2,7 +2,8 @@
 # Copyright: gpufleet contributors
 # Apache License 2.0 (see LICENSE)
 """The state of the host around the GPUs: CPU and governors, NUMA, memory and swap pressure,
-VM sysctls, transparent huge pages, memlock limits, irqbalance, kernel, OS and the kernel log.
+VM sysctls, transparent huge pages, memlock limits, irqbalance and NIC/GPU IRQ affinity, kernel, OS and the
+kernel log.
 
 Every file is read through HostFS, so a fixture tree (as the tests use) or a mounted
 image can stand in for the host. Commands (dmesg, journalctl) run only through the ``run``
@@ -412,6 +413,110 @@ def read_irqbalance(fs):
     return {"installed": installed, "running": running}
 
 
+def parse_cpumask(text):
+    """CPU ids of a kernel cpumask ("00000000,0000000f" -> [0, 1, 2, 3]: comma-separated 32-bit hex words, most
+    significant first, as /proc/irq/<n>/affinity_hint prints it); None when it is not a mask."""
+    words = (text or "").strip().replace(",", "")
+    if not words:
+        return None
+    try:
+        value = int(words, 16)
+    except ValueError:
+        return None
+    cpus, bit = [], 0
+    while value:
+        if value & 1:
+            cpus.append(bit)
+        value >>= 1
+        bit += 1
+    return cpus
+
+
+PCI_DEVICES = "/sys/bus/pci/devices"
+NVIDIA_PCI_VENDOR = "0x10de"
+
+
+def irq_devices(fs):
+    """The NICs and NVIDIA GPUs whose interrupts matter: (name, sysfs device path, kind).
+
+    NICs: every /sys/class/net/<nic>/device (a PCI function; virtual interfaces have none). GPUs: PCI functions of
+    vendor 0x10de with class 0x03xxxx (display or 3D controller), so NVSwitches (0x0680) and the GPUs' audio
+    functions (0x0403) are left out.
+    """
+    out = []
+    for path in fs.glob("/sys/class/net/*/device"):
+        out.append((path.split("/")[-2], path, "nic"))
+    for path in fs.glob(PCI_DEVICES + "/*"):
+        vendor = (fs.read(path + "/vendor") or "").strip().lower()
+        pci_class = (fs.read(path + "/class") or "").strip().lower()
+        if vendor == NVIDIA_PCI_VENDOR and pci_class.startswith("0x03"):
+            out.append((os.path.basename(path), path, "gpu"))
+    return out
+
+
+def read_irq(fs, unsupported):
+    """Interrupt affinity of the NICs' and GPUs' MSI/MSI-X vectors, and which of them are pinned by hand.
+
+    A device's vectors are the files of its sysfs ``msi_irqs`` directory (kernel ABI, sysfs-bus-pci); each one's
+    allowed CPUs are ``/proc/irq/<n>/smp_affinity_list`` (Documentation/core-api/irq/irq-affinity.rst). A vector is
+    pinned by hand when its CPUs do not cover the CPUs of the device's NUMA node (``numa_node`` -1 or absent: every
+    online CPU), unless the driver chose that mask itself (it equals ``/proc/irq/<n>/affinity_hint``). While
+    irqbalance runs, narrow masks are usually its own work: rule HOST-CPU-004 and the host_tuning role look at
+    ``pinned`` only when irqbalance is stopped.
+    """
+    online = None
+    text = fs.read(CPU_SYS + "/online")
+    if text and text.strip():
+        try:
+            online = set(decoders.parse_cpulist(text))
+        except ValueError:
+            online = None
+    node_cpus = {}
+    seen, pinned = set(), []
+    info = {"devices": 0, "irqs": 0, "pinned": pinned, "driver_set": 0, "unreadable": 0}
+    for name, path, _kind in irq_devices(fs):
+        irqs = []
+        for irq_path in fs.glob(path + "/msi_irqs/*"):
+            number = os.path.basename(irq_path)
+            if number.isdigit() and int(number) not in seen:
+                irqs.append(int(number))
+        if not irqs:
+            continue
+        info["devices"] += 1
+        node = to_int(fs.read(path + "/numa_node"))
+        if node is not None and node >= 0 and node not in node_cpus:
+            cpulist = fs.read("%s/node%d/cpulist" % (NODE_SYS, node))
+            try:
+                node_cpus[node] = set(decoders.parse_cpulist(cpulist)) if cpulist and cpulist.strip() else None
+            except ValueError:
+                node_cpus[node] = None
+        local = node_cpus.get(node) if node is not None and node >= 0 else None
+        local = local or online
+        for irq in sorted(irqs):
+            seen.add(irq)
+            info["irqs"] += 1
+            text = fs.read("/proc/irq/%d/smp_affinity_list" % irq)
+            try:
+                allowed = set(decoders.parse_cpulist(text)) if text and text.strip() else None
+            except ValueError:
+                allowed = None
+            if allowed is None or local is None:
+                info["unreadable"] += 1
+                continue
+            if local <= allowed:
+                continue
+            hint = parse_cpumask(fs.read("/proc/irq/%d/affinity_hint" % irq))
+            if hint and set(hint) == allowed:
+                info["driver_set"] += 1
+                continue
+            pinned.append({"irq": irq, "device": name, "cpus": decoders.cpus_to_cpulist(allowed),
+                           "numa_node": node if node is not None and node >= 0 else None})
+    if info["unreadable"]:
+        unsupported["irq.pinned"] = ("%d of %d NIC/GPU IRQs: no readable /proc/irq/<n>/smp_affinity_list or CPU list"
+                                     % (info["unreadable"], info["irqs"]))
+    return info
+
+
 def read_kernel(fs, unsupported):
     release = (fs.read("/proc/sys/kernel/osrelease") or "").strip() or None
     version = (fs.read("/proc/sys/kernel/version") or "").strip() or None
@@ -536,6 +641,7 @@ def collect(fs, run=None, sample_seconds=1.0, kernel_log="auto", kernel_log_line
         "hugepages": read_hugepages(unsupported, meminfo),
         "memlock": read_memlock(fs, unsupported),
         "irqbalance": read_irqbalance(fs),
+        "irq": read_irq(fs, unsupported),
         "kernel": read_kernel(fs, unsupported),
         "os": read_os(fs, unsupported),
         "kernel_log": read_kernel_log(fs, run, kernel_log, kernel_log_file, kernel_log_lines,

@@ -17,7 +17,8 @@ description:
     driver, frequency limits and turbo boost; NUMA nodes and automatic NUMA balancing; memory, swap, the swap-in
     and swap-out rates over a short sample and memory pressure (PSI); the VM sysctls that matter for GPU hosts;
     transparent huge pages; huge pages; memlock limits (of the module's own process and as configured for
-    pam_limits); whether irqbalance is installed and running; the kernel and OS release.
+    pam_limits); whether irqbalance is installed and running; the interrupt affinity of the NICs' and NVIDIA GPUs'
+    MSI/MSI-X vectors and which of them are pinned by hand; the kernel and OS release.
   - Scans the kernel log for NVIDIA Xid events (grouped by code, with meaning and severity) and PCIe AER errors.
   - A value that cannot be read is V(null) and its dotted name is a key of C(host.unsupported) with the reason.
     An unreadable kernel log is reported in C(host.kernel_log.error); it never fails the module.
@@ -166,6 +167,23 @@ host:
     irqbalance:
       description: C(installed) (binary in /usr/sbin or /usr/bin) and C(running) (a process named irqbalance).
       type: dict
+    irq:
+      description:
+        - Interrupts of the NICs (C(/sys/class/net/<nic>/device/msi_irqs)) and NVIDIA GPUs (PCI vendor 0x10de, class
+          0x03xxxx; C(/sys/bus/pci/devices/<pci>/msi_irqs)) and their allowed CPUs
+          (C(/proc/irq/<n>/smp_affinity_list)).
+        - C(devices) and C(irqs), how many were found; C(pinned), the vectors pinned by hand, each with C(irq),
+          C(device) (interface name or GPU PCI address), C(cpus) (cpulist) and C(numa_node); C(driver_set), vectors
+          whose narrow mask is the driver's own (equal to C(/proc/irq/<n>/affinity_hint)); C(unreadable).
+        - A vector is pinned by hand when its CPUs do not cover its device's NUMA node (C(numa_node) -1: every
+          online CPU). While irqbalance runs, narrow masks are usually its own work.
+      type: dict
+      sample:
+        devices: 2
+        irqs: 9
+        pinned: [{irq: 120, device: ens1f0np0, cpus: "2", numa_node: 0}]
+        driver_set: 0
+        unreadable: 0
     kernel:
       description: C(release) (uname -r) and C(version) (uname -v).
       type: dict

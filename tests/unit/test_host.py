@@ -191,6 +191,7 @@ def test_healthy_default_root_exactly(healthy):
             ],
         },
         "irqbalance": {"installed": True, "running": True},
+        "irq": {"devices": 0, "irqs": 0, "pinned": [], "driver_set": 0, "unreadable": 0},
         "kernel": {"release": "5.15.0-105-generic", "version": "#115-Ubuntu SMP Mon Apr 15 09:52:04 UTC 2024"},
         "os": {"id": "ubuntu", "version_id": "22.04", "pretty_name": "Ubuntu 22.04.4 LTS"},
         "kernel_log": {
@@ -279,6 +280,86 @@ def test_vm_without_cpufreq_psi_or_numa_balancing(tmp_path):
     for key in ("cpu.governors", "cpu.boost", "cpu.freq_mhz.max", "memory.psi_some_avg10", "numa.balancing"):
         assert key in got["unsupported"], key
     assert "cpu.freq_mhz.current_avg" not in got["unsupported"]
+
+
+# ---------------------------------------------------------------- IRQ affinity (issue 12: pinned by hand is kept)
+
+NODE0 = "0-55,112-167"
+
+
+def _hgx_irqs(nic_affinity="node", gpu_affinity="all", nic_hint=None):
+    """Two 8-queue NICs (node 0 and 1) and two GPUs (node 0 and 1), as on an HGX host."""
+    return [
+        mkroot.irq_device("nic", "0000:17:00.0", 120, 8, name="ens1f0", numa_node=0, affinity=nic_affinity,
+                          hint=nic_hint),
+        mkroot.irq_device("nic", "0000:9b:00.0", 140, 8, name="ens2f0", numa_node=1),
+        mkroot.irq_device("gpu", "0000:18:00.0", 200, 1, numa_node=0, affinity=gpu_affinity),
+        mkroot.irq_device("gpu", "0000:9a:00.0", 201, 1, numa_node=1),
+    ]  # fmt: skip
+
+
+def test_irqs_spread_over_their_node_are_not_pinned(tmp_path):
+    irq = collect(mkroot.build_root(tmp_path / "r", {"irq_devices": _hgx_irqs()}))["irq"]
+    assert irq == {"devices": 4, "irqs": 18, "pinned": [], "driver_set": 0, "unreadable": 0}
+
+
+def test_irqs_pinned_by_hand_are_reported(tmp_path):
+    # set_irq_affinity-style pinning: one CPU per queue of ens1f0, and GPU 0's vector on CPU 4.
+    devices = _hgx_irqs(nic_affinity=[str(i) for i in range(8)], gpu_affinity="4")
+    got = collect(mkroot.build_root(tmp_path / "r", {"irq_devices": devices, "irqbalance": False}))
+    irq = got["irq"]
+    assert irq["devices"] == 4 and irq["irqs"] == 18 and irq["driver_set"] == 0
+    assert irq["pinned"][:2] == [
+        {"irq": 120, "device": "ens1f0", "cpus": "0", "numa_node": 0},
+        {"irq": 121, "device": "ens1f0", "cpus": "1", "numa_node": 0},
+    ]
+    assert irq["pinned"][-1] == {"irq": 200, "device": "0000:18:00.0", "cpus": "4", "numa_node": 0}
+    assert len(irq["pinned"]) == 9 and "irq.pinned" not in got["unsupported"]
+
+
+def test_irq_masks_the_driver_chose_are_not_hand_pinned(tmp_path):
+    # mlx5 sets each vector's affinity to its hint (irq_set_affinity_and_hint): not an owner's decision.
+    queues = [str(i) for i in range(8)]
+    irq = collect(mkroot.build_root(tmp_path / "r", {"irq_devices": _hgx_irqs(nic_affinity=queues, nic_hint=queues)}))
+    assert irq["irq"]["pinned"] == [] and irq["irq"]["driver_set"] == 8
+
+
+def test_irq_of_a_device_without_numa_node_must_cover_every_cpu(tmp_path):
+    devices = [mkroot.irq_device("nic", "0000:17:00.0", 120, 2, name="eth0", numa_node=-1, affinity=NODE0)]
+    irq = collect(mkroot.build_root(tmp_path / "r", {"irq_devices": devices}))["irq"]
+    assert [p["irq"] for p in irq["pinned"]] == [120, 121] and irq["pinned"][0]["numa_node"] is None
+
+
+def test_nvswitch_and_audio_functions_are_not_gpus(tmp_path):
+    root = mkroot.build_root(tmp_path / "r", {"irq_devices": _hgx_irqs()})
+    for pci, pci_class, irq in (("0000:05:00.0", "0x068000", 300), ("0000:18:00.1", "0x040300", 301)):
+        dev = root / "sys/devices/pci0000:00" / pci
+        (dev / "msi_irqs").mkdir(parents=True)
+        (dev / "vendor").write_text("0x10de\n")
+        (dev / "class").write_text(pci_class + "\n")
+        (dev / "msi_irqs" / str(irq)).write_text("msix\n")
+        (root / "sys/bus/pci/devices" / pci).symlink_to(f"../../../devices/pci0000:00/{pci}")
+        (root / f"proc/irq/{irq}").mkdir(parents=True)
+        (root / f"proc/irq/{irq}/smp_affinity_list").write_text("0\n")
+    irq = collect(root)["irq"]
+    assert irq["devices"] == 4 and irq["pinned"] == []
+
+
+def test_unreadable_irq_affinity_is_reported(tmp_path):
+    root = mkroot.build_root(tmp_path / "r", {"irq_devices": _hgx_irqs()})
+    for name in ("smp_affinity_list", "smp_affinity", "affinity_hint"):
+        (root / "proc/irq/200" / name).unlink()
+    got = collect(root)
+    assert got["irq"]["unreadable"] == 1 and got["irq"]["pinned"] == []
+    assert got["unsupported"]["irq.pinned"].startswith("1 of 18 NIC/GPU IRQs")
+
+
+@pytest.mark.parametrize(
+    "text, cpus",
+    [("00000000,0000000f", [0, 1, 2, 3]), ("00000001,00000000", [32]), ("0\n", []), ("", None), ("zz", None)],
+)
+def test_parse_cpumask(text, cpus):
+    assert h.parse_cpumask(text) == cpus
 
 
 def test_empty_root_is_all_null_with_reasons(tmp_path):

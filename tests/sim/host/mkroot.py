@@ -53,6 +53,13 @@ Limits and services
   process_memlock_hard_kb   its hard limit (null: same as process_memlock_kb)
   irqbalance            irqbalance running (a /proc/<pid>/comm "irqbalance")
   irqbalance_installed  /usr/sbin/irqbalance present
+  irq_devices           NICs and GPUs with MSI-X vectors, [] by default; each a dict:
+                        kind ("nic" or "gpu"), pci ("0000:18:00.0"), name (the NIC's interface), numa_node (0;
+                        -1: none), irqs (list of IRQ numbers), affinity ("all" (default), "node", a cpulist, or a
+                        list of those, one per IRQ), hint (null (default): no driver hint, or the same forms).
+                        Writes /sys/devices/pci0000:00/<pci>/{vendor,class,numa_node,msi_irqs/<irq>}, the links
+                        /sys/bus/pci/devices/<pci> and /sys/class/net/<name>/device, and /proc/irq/<irq>/
+                        {smp_affinity_list,smp_affinity,affinity_hint}. Helper: irq_device(...).
 OS and kernel
   os                    ubuntu22.04, ubuntu24.04, debian12, rhel9 or rocky9
   kernel_release, kernel_version                /proc/sys/kernel/osrelease and version, /proc/version
@@ -123,6 +130,7 @@ DEFAULTS: dict[str, Any] = {
     "process_memlock_hard_kb": None,
     "irqbalance": True,
     "irqbalance_installed": True,
+    "irq_devices": [],
     # OS
     "os": "ubuntu22.04",
     "kernel_release": "5.15.0-105-generic",
@@ -286,6 +294,11 @@ def settings(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         raise ValueError("hugepages_free exceeds hugepages_total")
     if not isinstance(s["governors"], dict):
         raise ValueError("governors must be a mapping of cpulist to governor")
+    if not isinstance(s["irq_devices"], list) or not all(
+        isinstance(d, dict) and d.get("kind") in ("nic", "gpu") and d.get("pci") and isinstance(d.get("irqs"), list)
+        for d in s["irq_devices"]
+    ):
+        raise ValueError("irq_devices must be a list of {kind: nic|gpu, pci, irqs: [..], ...}")
     for key in ("kern_log_lines", "kern_log_extra"):
         if s[key] is not None and not (isinstance(s[key], list) and all(isinstance(x, str) for x in s[key])):
             raise ValueError(f"{key} must be a list of strings")
@@ -362,6 +375,12 @@ class _Writer:
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(text)
         os.chmod(dest, mode)
+
+    def link(self, path: str, target: str) -> None:
+        dest = self.root / path.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if not dest.is_symlink() and not dest.exists():
+            os.symlink(target, dest)
 
 
 def _kb(mib: int) -> int:
@@ -568,6 +587,65 @@ def write_processes(w: _Writer, s: Mapping[str, Any]) -> None:
         w("/usr/sbin/irqbalance", "", mode=0o755)
 
 
+def irq_device(
+    kind: str,
+    pci: str,
+    first_irq: int,
+    count: int,
+    name: str | None = None,
+    numa_node: int = 0,
+    affinity: Any = "all",
+    hint: Any = None,
+) -> dict[str, Any]:
+    """An irq_devices entry with ``count`` consecutive IRQs from ``first_irq``."""
+    return {
+        "kind": kind,
+        "pci": pci,
+        "name": name,
+        "numa_node": numa_node,
+        "irqs": list(range(first_irq, first_irq + count)),
+        "affinity": affinity,
+        "hint": hint,
+    }
+
+
+def _cpumask(ids: list[int]) -> str:
+    value = sum(1 << i for i in set(ids))
+    words = max(1, (max(ids, default=0) // 32) + 1)
+    return ",".join(f"{(value >> (32 * i)) & 0xFFFFFFFF:08x}" for i in reversed(range(words)))
+
+
+def write_irqs(w: _Writer, s: Mapping[str, Any], layout: list[dict[str, int]]) -> None:
+    everything = [c["id"] for c in layout]
+
+    def cpus_of(form: Any, node: int) -> list[int]:
+        if form == "all" or (form == "node" and node < 0):
+            return everything
+        if form == "node":
+            return [c["id"] for c in layout if c["node"] == node]
+        return parse_cpulist(str(form))
+
+    for dev in s["irq_devices"]:
+        node = int(dev.get("numa_node", 0))
+        base = f"/sys/devices/pci0000:00/{dev['pci']}/"
+        gpu = dev["kind"] == "gpu"
+        w(base + "vendor", "0x10de\n" if gpu else "0x15b3\n")
+        w(base + "class", "0x030200\n" if gpu else "0x020000\n")
+        w(base + "numa_node", f"{node}\n")
+        w.link(f"/sys/bus/pci/devices/{dev['pci']}", f"../../../devices/pci0000:00/{dev['pci']}")
+        if not gpu and dev.get("name"):
+            w.link(f"/sys/class/net/{dev['name']}/device", f"../../../devices/pci0000:00/{dev['pci']}")
+        irqs = list(dev["irqs"])
+        affinity, hint = dev.get("affinity", "all"), dev.get("hint")
+        for i, irq in enumerate(irqs):
+            w(f"{base}msi_irqs/{irq}", "msix\n")
+            allowed = cpus_of(affinity[i] if isinstance(affinity, list) else affinity, node)
+            w(f"/proc/irq/{irq}/smp_affinity_list", cpulist(allowed) + "\n")
+            w(f"/proc/irq/{irq}/smp_affinity", _cpumask(allowed) + "\n")
+            hinted = cpus_of(hint[i] if isinstance(hint, list) else hint, node) if hint is not None else []
+            w(f"/proc/irq/{irq}/affinity_hint", _cpumask(hinted) + "\n")
+
+
 def write_os(w: _Writer, s: Mapping[str, Any]) -> None:
     profile = OS_PROFILES[s["os"]]
     w("/etc/os-release", "".join('{}="{}"\n'.format(*kv) for kv in profile.items()))
@@ -610,6 +688,7 @@ def build_root(path: str | os.PathLike, overrides: Mapping[str, Any] | None = No
     write_memory(w, s, layout)
     write_limits(w, s)
     write_processes(w, s)
+    write_irqs(w, s, layout)
     write_os(w, s)
     write_kern_log(w, s)
     (root / MARKER).write_text(
