@@ -1,0 +1,408 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Role nvidia_driver's decisions, as pure functions of what a host shows (modules nvidia_driver_preflight and
+nvidia_driver_reload gather it):
+
+- which kernel module flavour (open or proprietary) the GPUs present need (``choose_flavour``);
+- whether the GPUs are in use (NVML compute processes, processes holding ``/dev/nvidia*``) (``in_use``);
+- whether a new module would load under Secure Boot (``secure_boot_verdict``);
+- whether a driver change may run now, and how it is finished (``plan_change``): a new user-space driver under an
+  old loaded kernel module makes every new CUDA/NVML process fail ("Driver/library version mismatch",
+  NVML_ERROR_LIB_RM_VERSION_MISMATCH) until the module is reloaded or the host reboots.
+
+Sources: NVIDIA Driver Installation Guide, "Kernel Modules" (docs.nvidia.com/datacenter/tesla/
+driver-installation-guide/): the open GPU kernel modules are the default from the 560 branch; Blackwell and Grace
+Hopper need them; Turing, Ampere, Ada and Hopper support both; Maxwell, Pascal and Volta (and older) need the
+proprietary flavour. Open modules exist from the 515 branch. Same guide, "Secure Boot": the module must be signed
+with a key the firmware (or shim's MOK list) trusts, otherwise it does not load.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+
+OPEN_DEFAULT_FROM = 560
+OPEN_FIRST_BRANCH = 515
+
+# Architectures (decoders.ARCHITECTURES names, plus grace_hopper) and the flavour they need.
+NEEDS_PROPRIETARY = frozenset(("kepler", "maxwell", "pascal", "volta"))
+NEEDS_OPEN = frozenset(("blackwell", "rubin", "grace_hopper"))
+BOTH = frozenset(("turing", "ampere", "ada", "hopper"))
+
+# NVIDIA PCI device ids (vendor 0x10de) by range, from the PCI ID repository's chip families (GK, GM, GP, GV, TU,
+# GA, GH, AD, GB). Approximate by design: it only has to tell the flavour, so a range is given to the family whose
+# flavour rule it shares; an id outside every range is "unknown" and the branch's default is kept. Grace Hopper
+# (GH200: 0x2342, 0x2348) is listed before the Hopper range it sits in.
+# The first range that holds an id wins (narrow ones come first).
+PCI_RANGES = (
+    (0x2342, 0x2342, "grace_hopper"),
+    (0x2348, 0x2348, "grace_hopper"),
+    (0x15F0, 0x15FF, "pascal"),
+    (0x0FC0, 0x12FF, "kepler"),
+    (0x1340, 0x17FF, "maxwell"),
+    (0x1B00, 0x1D7F, "pascal"),
+    (0x1D80, 0x1DFF, "volta"),
+    (0x1E00, 0x1FFF, "turing"),
+    (0x2180, 0x21FF, "turing"),
+    (0x2080, 0x20FF, "ampere"),
+    (0x2200, 0x22FF, "ampere"),
+    (0x2300, 0x23FF, "hopper"),
+    (0x2400, 0x25FF, "ampere"),
+    (0x2600, 0x28FF, "ada"),
+    # GB100 and later (Blackwell data centre and consumer parts, and whatever follows): open modules only.
+    (0x2900, 0x3FFF, "blackwell"),
+)
+
+SECURE_BOOT_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
+SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-" + SECURE_BOOT_GUID
+
+# Device files of the driver (nvidia0..N, nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset, nvidia-caps/*).
+DEVICE_RE = re.compile(r"^/dev/nvidia")
+# Processes of the driver itself, which hold the device files and are stopped and started again around a reload.
+DRIVER_DAEMONS = frozenset(("nvidia-persiste", "nvidia-persistenced", "nv-fabricmanage", "nv-fabricmanager"))
+# Kernel modules of the driver, in the order they are unloaded (dependants first).
+MODULES = ("nvidia_peermem", "nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia")
+
+
+def upstream(version):
+    """'550.90.07' of '550.90.07-1', '1:550.90.07-0ubuntu1', '550.90.07'; '' for None or ''."""
+    if not version:
+        return ""
+    version = re.sub(r"^[0-9]+:", "", str(version))
+    return re.sub(r"-[^-]*$", "", version)
+
+
+def branch_of(version):
+    """550 of '550.90.07(-1)'; None when it does not start with a number."""
+    m = re.match(r"^(?:[0-9]+:)?([0-9]+)", str(version or ""))
+    return int(m.group(1)) if m else None
+
+
+def pci_architecture(device_id):
+    """Architecture of an NVIDIA PCI device id (int or '0x20b2'), or None when the table does not know it."""
+    if isinstance(device_id, str):
+        try:
+            device_id = int(device_id, 16)
+        except ValueError:
+            return None
+    if device_id is None:
+        return None
+    for low, high, arch in PCI_RANGES:
+        if low <= device_id <= high:
+            return arch
+    return None
+
+
+def nvml_device_id(pci_device_id):
+    """The PCI device id of NVML's combined id ('0x233010DE' -> 0x2330); None when not given."""
+    if not pci_device_id:
+        return None
+    try:
+        return int(str(pci_device_id), 16) >> 16
+    except ValueError:
+        return None
+
+
+def gpu_from_nvml(gpu):
+    """{'source', 'id', 'name', 'pci_device_id', 'architecture'} of one gpu_info GPU. NVML's architecture is kept
+    except where the PCI id says Grace Hopper (NVML calls it Hopper; it needs the open modules)."""
+    device = nvml_device_id(gpu.get("pci_device_id"))
+    arch = gpu.get("architecture")
+    if pci_architecture(device) == "grace_hopper":
+        arch = "grace_hopper"
+    if not arch or str(arch).startswith("unknown"):
+        arch = pci_architecture(device)
+    return {
+        "source": "nvml",
+        "id": gpu.get("pci_bus_id") or str(gpu.get("index")),
+        "name": gpu.get("name"),
+        "pci_device_id": None if device is None else "0x%04x" % device,
+        "architecture": arch,
+    }
+
+
+def gpu_from_pci(address, vendor, device, pci_class):
+    """The same from sysfs (vendor, device, class as the kernel shows them: '0x10de', '0x20b2', '0x030200');
+    None for a device that is not an NVIDIA display controller (NVSwitch bridges, HDMI audio, USB-C)."""
+    try:
+        if int(vendor, 16) != 0x10DE or (int(pci_class, 16) >> 16) != 0x03:
+            return None
+        dev = int(device, 16)
+    except (TypeError, ValueError):
+        return None
+    return {
+        "source": "pci",
+        "id": address,
+        "name": None,
+        "pci_device_id": "0x%04x" % dev,
+        "architecture": pci_architecture(dev),
+    }
+
+
+def choose_flavour(gpus, branch, requested=None, installed_open=None, installed_branch=None):
+    """Open or proprietary kernel modules for these GPUs on ``branch``.
+
+    ``requested``: the user's choice (True open, False proprietary, None auto). ``installed_open``/
+    ``installed_branch``: the flavour and branch installed now (auto keeps a flavour that works on the same branch:
+    no package swap for nothing). Returns {'open': bool, 'source': 'user'|'gpus'|'installed'|'branch_default',
+    'reason': str, 'conflict': str or None}; a conflict means no module of this flavour drives every GPU here.
+    """
+    branch = int(branch)
+    default_open = branch >= OPEN_DEFAULT_FROM
+    archs = sorted(set(g.get("architecture") or "unknown" for g in gpus))
+    known = [a for a in archs if a != "unknown"]
+    need_open = sorted(a for a in known if a in NEEDS_OPEN)
+    need_prop = sorted(a for a in known if a in NEEDS_PROPRIETARY)
+    described = ", ".join(archs) if gpus else "no GPU found"
+
+    def conflict_for(is_open):
+        if is_open and branch < OPEN_FIRST_BRANCH:
+            return "branch %d has no open kernel modules (they start with %d)" % (branch, OPEN_FIRST_BRANCH)
+        if is_open and need_prop:
+            return "the open kernel modules do not drive %s GPUs (proprietary only)" % ", ".join(need_prop)
+        if not is_open and need_open:
+            return "the proprietary kernel modules do not drive %s GPUs (open only)" % ", ".join(need_open)
+        return None
+
+    if requested is not None:
+        return {
+            "open": bool(requested),
+            "source": "user",
+            "conflict": conflict_for(bool(requested)),
+            "reason": "nvidia_driver_open is %s (GPUs: %s)" % (str(bool(requested)).lower(), described),
+        }
+    if need_open and need_prop:
+        return {
+            "open": True,
+            "source": "gpus",
+            "reason": "GPUs: %s" % described,
+            "conflict": "%s need the open kernel modules and %s the proprietary ones: one driver cannot "
+            "drive both" % (", ".join(need_open), ", ".join(need_prop)),
+        }
+    if need_open:
+        return {
+            "open": True,
+            "source": "gpus",
+            "conflict": conflict_for(True),
+            "reason": "%s GPUs need the open kernel modules" % ", ".join(need_open),
+        }
+    if need_prop:
+        return {
+            "open": False,
+            "source": "gpus",
+            "conflict": None,
+            "reason": "%s GPUs need the proprietary kernel modules" % ", ".join(need_prop),
+        }
+    if installed_open is not None and installed_branch == branch:
+        return {
+            "open": bool(installed_open),
+            "source": "installed",
+            "conflict": conflict_for(bool(installed_open)),
+            "reason": "the installed %s modules of branch %d drive these GPUs (%s): kept"
+            % ("open" if installed_open else "proprietary", branch, described),
+        }
+    why = (
+        ("GPUs %s support both flavours" % described)
+        if known and len(known) == len(archs)
+        else ("the GPUs' architecture could not be told (%s)" % described)
+    )
+    return {
+        "open": default_open,
+        "source": "branch_default",
+        "conflict": conflict_for(default_open),
+        "reason": "%s: branch %d's default, %s (open from %d)"
+        % (why, branch, "open" if default_open else "proprietary", OPEN_DEFAULT_FROM),
+    }
+
+
+def secure_boot_state(efivar_bytes, mokutil_output=None):
+    """True (on), False (off) or None (unknown) from the EFI variable's bytes (4 bytes of attributes, then the
+    value: last byte 1 = on) or, without it, `mokutil --sb-state` ("SecureBoot enabled" / "disabled")."""
+    if efivar_bytes:
+        return efivar_bytes[-1:] == b"\x01"
+    text = (mokutil_output or "").lower()
+    if "secureboot enabled" in text:
+        return True
+    if "secureboot disabled" in text or "not supported" in text:
+        return False
+    return None
+
+
+def secure_boot_verdict(enabled, key_enrolled=None, signer=None, enrolled_text=None):
+    """Would a newly built nvidia module load? Returns (ok: bool, message).
+
+    ``enabled``: Secure Boot on/off/None (unknown: no EFI, so no Secure Boot). ``key_enrolled``: whether DKMS's
+    signing key is in the MOK list (`mokutil --test-key /var/lib/dkms/mok.pub`; None unknown). ``signer``: the
+    built module's signer (`modinfo -F signer`; '' unsigned, None not built yet). ``enrolled_text``: `mokutil
+    --list-enrolled` output, searched for the signer.
+    """
+    if not enabled:
+        return True, "Secure Boot is %s" % ("off" if enabled is False else "not in use (no EFI Secure Boot state)")
+    fix = (
+        "enroll DKMS's key (`mokutil --import /var/lib/dkms/mok.pub`, then confirm at the next boot in the "
+        "MOK manager) or sign the module with an enrolled key"
+    )
+    if signer is not None:
+        if not signer.strip():
+            return False, "Secure Boot is on and the built nvidia module is not signed: it would not load; " + fix
+        if enrolled_text is not None and signer.strip() not in enrolled_text:
+            if key_enrolled:
+                return True, "Secure Boot is on; the module is signed by %s and DKMS's key is enrolled" % signer
+            return False, (
+                "Secure Boot is on and the module's signer %s is not among the enrolled keys: it would "
+                "not load; %s" % (signer.strip(), fix)
+            )
+        return True, "Secure Boot is on; the module is signed by %s, an enrolled key" % signer.strip()
+    if key_enrolled is False:
+        return False, "Secure Boot is on and DKMS's signing key is not enrolled: the new module would not load; " + fix
+    if key_enrolled is None:
+        return False, (
+            "Secure Boot is on and whether DKMS's signing key is enrolled cannot be told (no mokutil or "
+            "no /var/lib/dkms/mok.pub): the new module may not load; " + fix
+        )
+    return True, "Secure Boot is on; DKMS's signing key is enrolled"
+
+
+def in_use(processes, holders):
+    """Why the GPUs are in use (a list of reasons; empty: not in use). ``processes``: NVML compute processes
+    [{'gpu', 'pid'}] (None: NVML could not tell). ``holders``: [{'pid', 'comm', 'path'}] of /dev/nvidia*; the
+    driver's own daemons (nvidia-persistenced, nv-fabricmanager) do not count: a reload stops and restarts them."""
+    reasons = []
+    procs = sorted(set((p.get("pid"), p.get("gpu")) for p in processes or []), key=lambda p: (p[0] or 0, p[1]))
+    if procs:
+        reasons.append(
+            "%d compute process(es) on the GPUs (NVML): %s"
+            % (len(procs), ", ".join("pid %s on GPU %s" % p for p in procs))
+        )
+    users = {}
+    for h in holders or []:
+        if h.get("comm") in DRIVER_DAEMONS:
+            continue
+        users.setdefault((h.get("pid"), h.get("comm")), set()).add(h.get("path"))
+    if users:
+        reasons.append(
+            "/dev/nvidia* held open by %s"
+            % ", ".join(
+                "pid %s (%s: %s)" % (pid, comm, ", ".join(sorted(paths)))
+                for (pid, comm), paths in sorted(users.items())
+            )
+        )
+    return reasons
+
+
+def plan_change(
+    installed,
+    target,
+    loaded,
+    busy,
+    reboot_ok,
+    reload_ok=True,
+    secure_boot=(True, ""),
+    flavour_conflict=None,
+    change=None,
+):
+    """How a driver change from ``installed`` to ``target`` may run on this host.
+
+    ``installed``/``target``: package versions ('' none installed / target not known before installing, as with
+    dnf's stream); ``change``: whether the package step would change anything (default: installed != target).
+    ``loaded``: the loaded nvidia module's version ('' none). ``busy``: reasons from ``in_use``. ``secure_boot``:
+    (ok, message) from ``secure_boot_verdict``.
+
+    Returns {'action', 'blockers', 'message'}; action is one of
+      none    nothing to change;
+      install the change leaves no mismatch (no module loaded, or the loaded one is the target's version);
+      reload  install, then unload and load the modules now (nothing uses the GPUs);
+      reboot  install, then reboot (reboot_ok);
+      blocked nothing may change: ``blockers`` say why.
+    """
+    if change is None:
+        change = bool(target) and installed != target
+    if not change:
+        return {"action": "none", "blockers": [], "message": "the driver needs no change"}
+    what = "driver %s -> %s" % (upstream(installed) or "none", upstream(target) or "the branch's newest")
+    if flavour_conflict:
+        return {
+            "action": "blocked",
+            "blockers": [flavour_conflict],
+            "message": "%s refused: %s" % (what, flavour_conflict),
+        }
+    if not loaded or (target and upstream(target) == loaded):
+        return {
+            "action": "install",
+            "blockers": [],
+            "message": "%s: %s"
+            % (what, "no nvidia module is loaded" if not loaded else "the loaded module already is " + loaded),
+        }
+    sb_ok, sb_message = secure_boot
+    if not sb_ok:
+        return {
+            "action": "blocked",
+            "blockers": [sb_message],
+            "message": "%s refused (the new module would not load): %s" % (what, sb_message),
+        }
+    if not busy and reload_ok:
+        return {
+            "action": "reload",
+            "blockers": [],
+            "message": "%s, then the modules are reloaded (nothing uses the GPUs)" % what,
+        }
+    if reboot_ok:
+        return {
+            "action": "reboot",
+            "blockers": [],
+            "message": "%s, then a reboot (nvidia_driver_reboot_ok)%s"
+            % (what, (": " + "; ".join(busy)) if busy else ""),
+        }
+    blockers = list(busy) if busy else ["module reload not allowed (nvidia_driver_reload is false)"]
+    blockers.append("no reboot allowed (nvidia_driver_reboot_ok is false)")
+    return {
+        "action": "blocked",
+        "blockers": blockers,
+        "message": "%s refused: the loaded module %s would stay under the new libraries and every new CUDA/NVML "
+        "process would fail (driver/library version mismatch) until a reboot. Blocked by: %s. Stop the "
+        "GPU jobs (drain the node) or allow a reboot (nvidia_driver_reboot_ok), then run again."
+        % (what, loaded, "; ".join(blockers)),
+    }
+
+
+def loaded_modules(fs):
+    """The driver's kernel modules loaded now (sysfs /sys/module), in unload order."""
+    return [m for m in MODULES if fs.exists("/sys/module/" + m)]
+
+
+def device_holders(fs, own_pid=None):
+    """[{'pid', 'comm', 'path'}] of every open file descriptor on /dev/nvidia* (/proc/<pid>/fd)."""
+    out = []
+    own_pid = os.getpid() if own_pid is None else own_pid
+    for fd_dir in fs.glob("/proc/[0-9]*/fd"):
+        pid = int(fd_dir.split("/")[2])
+        if pid == own_pid:
+            continue
+        try:
+            fds = os.listdir(fs.path(fd_dir))
+        except OSError:
+            continue
+        paths = set()
+        for fd in fds:
+            try:
+                target = os.readlink(os.path.join(fs.path(fd_dir), fd))
+            except OSError:
+                continue
+            if DEVICE_RE.match(target):
+                paths.add(target)
+        if paths:
+            comm = (fs.read("/proc/%d/comm" % pid) or "").strip()
+            out.extend({"pid": pid, "comm": comm, "path": p} for p in sorted(paths))
+    return out
+
+
+def read_efivar(fs, path=SECURE_BOOT_VAR):
+    try:
+        with open(fs.path(path), "rb") as f:
+            return f.read(64)
+    except (IOError, OSError):
+        return None

@@ -1,0 +1,314 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: nvidia_driver_preflight
+short_description: Decide whether and how an NVIDIA driver change may run on a host, before anything changes
+version_added: "0.2.0"
+description:
+  - Reads what a driver change depends on and never changes anything (the role M(gpufleet.tuning.nvidia_driver)
+    calls it before its package tasks).
+  - The GPUs present and their architecture - through NVML (C(pynvml)) when the driver is loaded, else from the PCI
+    devices in C(/sys/bus/pci/devices) (vendor C(0x10de), display class, a table of device id ranges) - and the
+    kernel module flavour they need (C(flavour)) - open modules for Blackwell and Grace Hopper and by default from
+    branch 560, proprietary for Volta and older; when the architecture cannot be told, the branch's default.
+  - The loaded nvidia kernel module's version (C(/proc/driver/nvidia/version), C(/sys/module/nvidia/version), else
+    the driver version NVML reports), whether the GPUs are in use (NVML compute processes; processes holding
+    C(/dev/nvidia*) open, the driver's own daemons excepted), and Secure Boot (the EFI variable or
+    C(mokutil --sb-state)) with whether DKMS's signing key is enrolled (C(mokutil --test-key)) and, when given
+    C(kernel), who signed the built module (C(modinfo -F signer)).
+  - With C(target_version) (or C(change)), C(plan) says how the change may run - V(none), V(install) (no mismatch
+    possible), V(reload) (nothing uses the GPUs: reload the modules after installing), V(reboot) (C(reboot_ok)) or
+    V(blocked) with the reasons in C(plan.blockers). A new user-space driver under an old loaded module makes every
+    new CUDA/NVML process fail with "Driver/library version mismatch" until a reload or reboot.
+author:
+  - gpufleet team (!UNKNOWN)
+options:
+  branch:
+    description: The driver branch the change targets, e.g. C(550).
+    type: int
+    required: true
+  open:
+    description: Kernel module flavour asked for - V(true) open, V(false) proprietary; unset chooses from the GPUs.
+    type: bool
+  installed_version:
+    description: The driver package version installed now (any branch), e.g. C(535.183.01-1); empty when none.
+    type: str
+    default: ""
+  installed_open:
+    description: Whether the installed driver is the open flavour; unset when none is installed.
+    type: bool
+  target_version:
+    description:
+      - The driver package version the change installs, e.g. C(550.90.07-1); empty when it is not known before
+        installing (dnf module streams) or when only C(flavour) is wanted.
+    type: str
+    default: ""
+  change:
+    description: Whether the package step changes the driver; unset - it does when C(target_version) differs from
+      C(installed_version). Without either, no C(plan) is made.
+    type: bool
+  reboot_ok:
+    description: A reboot may finish the change.
+    type: bool
+    default: false
+  reload_ok:
+    description: The modules may be unloaded and loaded again when nothing uses the GPUs.
+    type: bool
+    default: true
+  dkms_key:
+    description: DKMS's module signing certificate, tested against the MOK list when Secure Boot is on.
+    type: path
+    default: /var/lib/dkms/mok.pub
+  kernel:
+    description: Kernel release whose built nvidia module's signer is read (C(modinfo -k)); unset - not read.
+    type: str
+  root:
+    description: Root of the file system C(/proc) and C(/sys) are read from (tests, mounted images); commands
+      (C(mokutil), C(modinfo)) run only when it is C(/).
+    type: path
+    default: /
+  backend:
+    description: Where GPU state is read from (as M(gpufleet.tuning.gpu_info)).
+    type: str
+    choices: [auto, pynvml, nvidia-smi]
+    default: auto
+  nvml_library:
+    description: Path of C(libnvidia-ml.so.1) when it is outside the loader's search path.
+    type: path
+  nvidia_smi_path:
+    description: Path of C(nvidia-smi) for the fallback backend.
+    type: path
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  platform:
+    platforms: posix
+    support: full
+  check_mode:
+    support: full
+    details: The module only reads.
+  diff_mode:
+    support: none
+    details: The module only reads.
+seealso:
+  - name: NVIDIA Driver Installation Guide, kernel modules
+    description: Open and proprietary kernel modules, which GPUs need which; Secure Boot.
+    link: https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/
+"""
+
+EXAMPLES = r"""
+- name: How may the driver move from 535 to 550 here?
+  gpufleet.tuning.nvidia_driver_preflight:
+    branch: 550
+    installed_version: 535.183.01-1
+    target_version: 550.90.07-1
+    reboot_ok: false
+  register: preflight
+
+- name: Say why not
+  ansible.builtin.debug:
+    msg: "{{ preflight.plan.message }}"
+  when: preflight.plan.action == 'blocked'
+"""
+
+RETURN = r"""
+gpus:
+  description: The GPUs found, each C(source) (nvml or pci), C(id), C(name), C(pci_device_id), C(architecture).
+  returned: always
+  type: list
+  elements: dict
+gpu_source:
+  description: Where C(gpus) came from - V(nvml), V(pci) or V(none).
+  returned: always
+  type: str
+flavour:
+  description: >-
+    C(open) (bool), C(source) (user, gpus, installed, branch_default), C(reason), and C(conflict) (null, or why no
+    module of that flavour drives every GPU here).
+  returned: always
+  type: dict
+  sample: {open: false, source: branch_default, reason: "GPUs ampere support both flavours: ...", conflict: null}
+loaded:
+  description: >-
+    The loaded nvidia module - C(version) ('' when not loaded), C(source) and C(modules) (loaded module names).
+  returned: always
+  type: dict
+busy:
+  description: Why the GPUs are in use (empty - not in use).
+  returned: always
+  type: list
+  elements: str
+processes:
+  description: NVML compute processes (C(gpu), C(pid)); null when NVML could not tell.
+  returned: always
+  type: list
+holders:
+  description: Processes holding /dev/nvidia* open (C(pid), C(comm), C(path)).
+  returned: always
+  type: list
+secure_boot:
+  description: >-
+    C(enabled) (true, false, null unknown), C(key_enrolled), C(signer), C(ok) (a new module would load) and C(message).
+  returned: always
+  type: dict
+plan:
+  description: >-
+    C(action) (none, install, reload, reboot, blocked), C(blockers) and C(message); null without C(target_version)
+    or C(change).
+  returned: always
+  type: dict
+nvml:
+  description: NVML's status as M(gpufleet.tuning.gpu_info) returns it.
+  returned: always
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu
+from ansible_collections.gpufleet.tuning.plugins.module_utils import nvidia_driver as nd
+from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
+
+
+def pci_gpus(fs):
+    found = []
+    for dev in fs.glob("/sys/bus/pci/devices/*"):
+        g = nd.gpu_from_pci(
+            os.path.basename(dev), fs.read(dev + "/vendor"), fs.read(dev + "/device"), fs.read(dev + "/class")
+        )
+        if g:
+            found.append(g)
+    return found
+
+
+def run(module, argv):
+    """stdout+stderr of a read-only command, or None when it is not installed."""
+    binary = module.get_bin_path(argv[0], opt_dirs=["/usr/sbin", "/sbin", "/usr/bin", "/bin"])
+    if not binary:
+        return None
+    rc, out, err = module.run_command([binary] + argv[1:], environ_update={"LC_ALL": "C", "LANG": "C"})
+    return (out or "") + (err or "")
+
+
+def secure_boot(module, fs, local, dkms_key, kernel):
+    mok_state = run(module, ["mokutil", "--sb-state"]) if local else None
+    enabled = nd.secure_boot_state(nd.read_efivar(fs), mok_state)
+    info = {"enabled": enabled, "key_enrolled": None, "signer": None}
+    if enabled and local:
+        if os.path.exists(dkms_key):
+            out = run(module, ["mokutil", "--test-key", dkms_key])
+            if out is not None:
+                info["key_enrolled"] = "already enrolled" in out
+        if kernel:
+            signer = run(module, ["modinfo", "-k", kernel, "-F", "signer", "nvidia"])
+            if signer is not None and "not found" not in signer:
+                info["signer"] = signer.strip()
+        enrolled = run(module, ["mokutil", "--list-enrolled"]) if info["signer"] else None
+    else:
+        enrolled = None
+    info["ok"], info["message"] = nd.secure_boot_verdict(enabled, info["key_enrolled"], info["signer"], enrolled)
+    return info
+
+
+def main():
+    argument_spec = dict(gpu.ARGUMENT_SPEC)
+    argument_spec.update(
+        branch=dict(type="int", required=True),
+        open=dict(type="bool"),
+        installed_version=dict(type="str", default=""),
+        installed_open=dict(type="bool"),
+        target_version=dict(type="str", default=""),
+        change=dict(type="bool"),
+        reboot_ok=dict(type="bool", default=False),
+        reload_ok=dict(type="bool", default=True),
+        dkms_key=dict(type="path", default="/var/lib/dkms/mok.pub"),
+        kernel=dict(type="str"),
+        root=dict(type="path", default="/"),
+    )
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    p = module.params
+    gpu.check_params(module)
+    if p["branch"] < 1:
+        module.fail_json(msg="branch: a driver branch such as 550 (got %s)" % p["branch"])
+    if not os.path.isdir(p["root"]):
+        module.fail_json(msg="root: not a directory: %s" % p["root"])
+    fs = HostFS(p["root"])
+    local = fs.root == "/"
+
+    facts = gpu.read(module, fs)
+    if facts["gpus"]:
+        gpus, source = [nd.gpu_from_nvml(g) for g in facts["gpus"]], "nvml"
+    else:
+        gpus = pci_gpus(fs)
+        source = "pci" if gpus else "none"
+    installed_branch = nd.branch_of(p["installed_version"])
+    flavour = nd.choose_flavour(gpus, p["branch"], p["open"], p["installed_open"], installed_branch)
+
+    modules = nd.loaded_modules(fs)
+    kmod = facts["driver"].get("kernel_module_version")
+    if kmod:
+        loaded = {"version": kmod, "source": "kernel", "modules": modules or ["nvidia"]}
+    elif facts["nvml"].get("available") and facts["driver"].get("version"):
+        # NVML answers only while a module is loaded, and reports that module's version.
+        loaded = {
+            "version": facts["driver"]["version"],
+            "source": facts["nvml"]["source"],
+            "modules": modules or ["nvidia"],
+        }
+    else:
+        loaded = {"version": "", "source": None, "modules": modules}
+
+    processes = None
+    if facts["nvml"].get("available"):
+        processes = []
+        for g in facts["gpus"]:
+            for proc in g.get("processes") or []:
+                processes.append({"gpu": g.get("index"), "pid": proc.get("pid")})
+    holders = nd.device_holders(fs)
+    busy = nd.in_use(processes, holders)
+    sb = secure_boot(module, fs, local, p["dkms_key"], p["kernel"])
+
+    plan = None
+    if p["target_version"] or p["change"] is not None:
+        plan = nd.plan_change(
+            p["installed_version"],
+            p["target_version"],
+            loaded["version"],
+            busy,
+            p["reboot_ok"],
+            p["reload_ok"],
+            (sb["ok"], sb["message"]),
+            flavour["conflict"],
+            p["change"],
+        )
+        if processes is None and loaded["version"] and plan["action"] == "reload":
+            plan["message"] += " (NVML could not list compute processes: %s; judged by /dev/nvidia* holders)" % (
+                facts["nvml"].get("error") or "unavailable"
+            )
+
+    module.exit_json(
+        changed=False,
+        gpus=gpus,
+        gpu_source=source,
+        flavour=flavour,
+        loaded=loaded,
+        busy=busy,
+        processes=processes,
+        holders=holders,
+        secure_boot=sb,
+        plan=plan,
+        nvml=facts["nvml"],
+    )
+
+
+if __name__ == "__main__":
+    main()
