@@ -2,11 +2,26 @@
 # Copyright: gpufleet contributors
 # Apache License 2.0 (see LICENSE)
 """Plan NIC changes (MTU, offloads, rings, coalescing, channels) against what nic.read_nic reports, the commands
-that make them, and the file that keeps them across reboots the way the host manages links."""
+that make them, and the file that keeps them across reboots the way the host manages links.
+
+Two guards keep a change from cutting a host off or renaming its NICs:
+
+- ``uplink_status``: is the NIC on the path that reaches the host (it, or a bond/bridge/VLAN above it, carries a
+  default route or the address of the current SSH connection)?
+- ``.link`` files: ours matches the NIC on its permanent MAC and driver, never names it, and carries over the
+  [Link] settings (naming included) of the file it takes the place of, because systemd applies only the first
+  matching ``.link`` file (systemd.link(5)). ``link_match`` is a small [Match] evaluator used to find that file and
+  the earlier ones that would make ours a no-op.
+"""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
+
+import fnmatch
+import ipaddress
+import json
+import re
 
 # ethtool -K short names and the feature names `ethtool -k` prints.
 FEATURE_ALIASES = {
@@ -142,11 +157,83 @@ def plan(nic, want):
     return before, after, steps, unsupported
 
 
-def link_file(name, mac, after):
-    """systemd .link content keeping the interface's name (a matching .link replaces 99-default.link's naming)."""
-    lines = ["# Managed by gpufleet (gpufleet.tuning.nic_settings)", "[Match]"]
-    lines.append("MACAddress=%s" % mac if mac else "OriginalName=%s" % name)
-    lines += ["", "[Link]", "Name=%s" % name]
+# --- systemd .link persistence ---------------------------------------------------------------------
+
+# systemd.link(5): "All link files are collectively sorted and processed in alphanumeric order, regardless of the
+# directories in which they live. However, files with identical filenames replace each other" - /etc first, then
+# /run, then /usr/local/lib and /usr/lib (/lib on hosts without a merged /usr). "The first (in alphanumeric order)
+# of the link files that matches a given device is applied, all later files are ignored, even if they match as
+# well."
+LINK_DIRS = (
+    "/etc/systemd/network",
+    "/run/systemd/network",
+    "/usr/local/lib/systemd/network",
+    "/usr/lib/systemd/network",
+    "/lib/systemd/network",
+)
+# Our file sorts late, so that any file an administrator, netplan (10-netplan-*.link) or cloud-init
+# (10-cloud-init-*.link) wrote for the NIC comes first and keeps deciding (we then warn that ours is shadowed);
+# and before 99-default.link (OriginalName=*, matches every NIC), or it would never apply at all.
+LINK_PREFIX = "90-gpufleet-"
+# Files of gpufleet 0.x (MACAddress= on the current MAC plus Name=): replaced by LINK_PREFIX files.
+LEGACY_LINK_PREFIX = "60-gpufleet-"
+MANAGED_HEADER = "# Managed by gpufleet (gpufleet.tuning.nic_settings)"
+# PermanentMACAddress= in [Match] exists from systemd v245 (NEWS, v245); an older udevd ignores the unknown key and
+# would apply the file to every NIC of the driver.
+PERMANENT_MAC_SYSTEMD = 245
+
+# The [Link] keys this module writes; everything else of the file ours replaces is carried over.
+OWN_LINK_KEYS = frozenset(
+    [
+        "MTUBytes",
+        "RxBufferSize",
+        "TxBufferSize",
+        "CombinedChannels",
+        "RxChannels",
+        "TxChannels",
+        "UseAdaptiveRxCoalesce",
+        "UseAdaptiveTxCoalesce",
+        "RxCoalesceSec",
+        "TxCoalesceSec",
+    ]
+    + list(LINK_FEATURES.values())
+)
+
+
+def link_file_name(name):
+    return "%s%s.link" % (LINK_PREFIX, name)
+
+
+def link_match_lines(nic_facts):
+    """([Match] lines, how, note): PermanentMACAddress= + Driver= when the NIC has a permanent MAC (a bond member's
+    current MAC is the bond's, shared by every member), else OriginalName= + Driver=."""
+    lines, note = [], None
+    if nic_facts.get("permanent_mac"):
+        lines.append("PermanentMACAddress=%s" % nic_facts["permanent_mac"])
+        how = "PermanentMACAddress"
+    else:
+        lines.append("OriginalName=%s" % nic_facts["name"])
+        how = "OriginalName"
+        note = nic_facts.get("permanent_mac_note") or "no permanent MAC address known"
+    if nic_facts.get("driver"):
+        lines.append("Driver=%s" % nic_facts["driver"])
+    return lines, how, note
+
+
+def link_file(name, match_lines, after, inherited=None, inherited_from=None, note=None):
+    """systemd .link content. It never names the NIC itself: [Link] keys other than ours (NamePolicy=,
+    MACAddressPolicy=, ...) are carried over from ``inherited_from``, the file that applies to the NIC today and
+    that ours takes the place of, so the NIC keeps the name and MAC it gets now."""
+    lines = [MANAGED_HEADER]
+    if note:
+        lines.append("# %s" % note)
+    lines += ["[Match]"] + list(match_lines) + ["", "[Link]"]
+    if inherited_from:
+        lines.append("# Carried over from %s, which this file takes the place of for %s" % (inherited_from, name))
+        lines.append("# (systemd.link(5): only the first matching .link file applies).")
+    for key, value in inherited or []:
+        if key not in OWN_LINK_KEYS:
+            lines.append("%s=%s" % (key, value))
     if "mtu" in after:
         lines.append("MTUBytes=%d" % after["mtu"])
     rings = after.get("rings") or {}
@@ -171,6 +258,366 @@ def link_file(name, mac, after):
     if "tx_usecs" in coal:
         lines.append("TxCoalesceSec=%dus" % coal["tx_usecs"])
     return "\n".join(lines) + "\n"
+
+
+def parse_unit_file(text):
+    """{section: [(key, value), ...]} of a systemd-style ini file (comments '#'/';', backslash continuations)."""
+    sections, current, pending = {}, None, ""
+    for raw in (text or "").splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if line.endswith("\\"):
+            pending = line[:-1].rstrip() + " "
+            continue
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1].strip(), [])
+            continue
+        if current is None or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        current.append((key.strip(), value.strip()))
+    return sections
+
+
+def _norm_mac(value):
+    digits = "".join(c for c in (value or "").lower() if c in "0123456789abcdef")
+    return digits if len(digits) == 12 else None
+
+
+def _strv_test(patterns, value):
+    """systemd's net_condition_test_strv: '!'-prefixed patterns exclude; when any positive pattern exists one
+    must match; an empty list matches."""
+    if not patterns:
+        return True
+    matched, positive = False, False
+    for pattern in patterns:
+        invert = pattern.startswith("!")
+        if invert:
+            pattern = pattern[1:]
+        else:
+            positive = True
+        if value is not None and fnmatch.fnmatchcase(value, pattern):
+            if invert:
+                return False
+            matched = True
+    return matched if positive else True
+
+
+def _match_lists(pairs):
+    """Key -> list of words, the way systemd accumulates them: each assignment appends its whitespace-separated
+    words (each prefixed with '!' when the assignment starts with '!'); an empty assignment resets the list."""
+    lists = {}
+    for key, value in pairs:
+        if not value:
+            lists[key] = []
+            continue
+        invert = value.startswith("!")
+        words = value[1:].split() if invert else value.split()
+        lists.setdefault(key, []).extend(("!" + w) if invert else w for w in words)
+    return lists
+
+
+GLOB_KEYS = {"OriginalName": "name", "Driver": "driver", "Path": "path", "Type": "type"}
+MAC_KEYS = {"MACAddress": "mac", "PermanentMACAddress": "permanent_mac"}
+
+
+def link_match(match_pairs, facts):
+    """("yes" | "no" | "maybe", [why]) for a [Match] section against one NIC.
+
+    ``facts``: name, mac, permanent_mac (None: the NIC has none; missing key: unknown), driver, path (udev ID_PATH,
+    None for a virtual NIC), type (networkctl's type: DEVTYPE, else "ether"...), properties (udev properties, or
+    None when the udev database cannot be read). A value that is not known, and a key this evaluator does not
+    know, give "maybe" with the reason."""
+    if not match_pairs:
+        # systemd >= 246: "No valid settings found in the [Match] section, ignoring file."
+        return "no", ["empty [Match] section (systemd ignores the file)"]
+    unknown = []
+    for key, words in sorted(_match_lists(match_pairs).items()):
+        if key in GLOB_KEYS:
+            field = GLOB_KEYS[key]
+            if field not in facts:
+                unknown.append("%s= (the NIC's %s is not known)" % (key, field))
+                continue
+            if not _strv_test(words, facts[field]):
+                return "no", ["%s= does not match %r" % (key, facts[field])]
+        elif key in MAC_KEYS:
+            field = MAC_KEYS[key]
+            if not words:
+                continue
+            if field not in facts:
+                unknown.append("%s= (the NIC's %s is not known)" % (key, field))
+                continue
+            wanted = set(_norm_mac(w.lstrip("!")) for w in words)
+            if _norm_mac(facts[field]) not in wanted:
+                return "no", ["%s= does not list %s" % (key, facts[field] or "(none)")]
+        elif key == "Property":
+            props = facts.get("properties")
+            if props is None:
+                unknown.append("Property= (the udev database has no entry for the NIC)")
+                continue
+            for word in words:
+                invert = word.startswith("!")
+                prop, _eq, pattern = word.lstrip("!").partition("=")
+                hit = prop in props and fnmatch.fnmatchcase(props[prop], pattern or "*")
+                if hit == invert:
+                    return "no", ["Property=%s does not match" % word]
+        else:
+            unknown.append("%s= (not evaluated here)" % key)
+    if unknown:
+        return "maybe", unknown
+    return "yes", []
+
+
+def link_files(fs, dirs):
+    """The .link files systemd-udevd would read from ``dirs`` (highest priority first), as sorted
+    [(file name, path)]: one path per file name, the first directory's wins; masked files (empty, or links to
+    /dev/null) are left out."""
+    chosen = {}
+    for directory in dirs:
+        for path in fs.glob(directory.rstrip("/") + "/*.link"):
+            base = path.rsplit("/", 1)[-1]
+            if base in chosen:
+                continue
+            chosen[base] = path
+    out = []
+    for base in sorted(chosen):
+        path = chosen[base]
+        if fs.realpath(path) == "/dev/null" or not (fs.read(path) or "").strip():
+            continue
+        out.append((base, path))
+    return out
+
+
+def link_neighbours(fs, dirs, ours, facts):
+    """What the other .link files mean for our file ``ours`` (a file name) on this NIC:
+    {"shadowed_by": path of the first earlier file that matches (ours is then a no-op) or None,
+     "maybe": [(path, reasons)] earlier files that may match,
+     "replaces": (path, [Link] pairs) of the first later file that matches (ours takes its place) or None,
+     "replaces_maybe": [(path, reasons)] later files before it that may match}."""
+    out = {"shadowed_by": None, "maybe": [], "replaces": None, "replaces_maybe": []}
+    for base, path in link_files(fs, dirs):
+        if base == ours:
+            continue
+        text = fs.read(path) or ""
+        if base < ours and text.startswith(MANAGED_HEADER) and base.startswith(LEGACY_LINK_PREFIX):
+            # Our own old file for this NIC is removed by this run; others are judged like any file.
+            if base == LEGACY_LINK_PREFIX + ours.replace(LINK_PREFIX, "", 1):
+                continue
+        sections = parse_unit_file(text)
+        verdict, why = link_match(sections.get("Match", []), facts)
+        if base < ours:
+            if verdict == "yes" and out["shadowed_by"] is None:
+                out["shadowed_by"] = path
+            elif verdict == "maybe":
+                out["maybe"].append((path, why))
+        elif out["replaces"] is None:
+            if verdict == "yes":
+                out["replaces"] = (path, sections.get("Link", []))
+            elif verdict == "maybe":
+                out["replaces_maybe"].append((path, why))
+    return out
+
+
+def parse_permanent_address(text):
+    """``ethtool -P`` output -> the permanent MAC (lower case), or None when the NIC has none (all zeros)."""
+    for line in (text or "").splitlines():
+        if line.strip().lower().startswith("permanent address:"):
+            value = line.split(":", 1)[1].strip().lower()
+            digits = _norm_mac(value)
+            if digits is None or digits == "0" * 12:
+                return None
+            return value
+    return None
+
+
+def parse_systemd_version(text):
+    """``udevadm --version`` ("252" or "252.22-1~deb12u1") -> 252, or None."""
+    head = (text or "").strip().split(".", 1)[0].split("-", 1)[0].split()
+    return int(head[0]) if head and head[0].isdigit() else None
+
+
+_ARPHRD = {"1": "ether", "32": "infiniband", "772": "loopback", "776": "sit", "768": "ipip", "65534": "none"}
+
+
+def link_facts(fs, name, driver, bus_info, permanent_mac):
+    """What [Match] keys compare, for one NIC. ``permanent_mac``: the address, None when the NIC has none, or
+    the string "unknown"."""
+    base = "/sys/class/net/%s" % name
+    facts = {"name": name, "driver": driver}
+    facts["mac"] = (fs.read(base + "/address") or "").strip() or None
+    if permanent_mac != "unknown":
+        facts["permanent_mac"] = permanent_mac
+    if not fs.exists(base + "/device"):
+        facts["path"] = None  # a virtual NIC has no ID_PATH
+    elif bus_info and len(bus_info.split(":")) == 3:
+        facts["path"] = "pci-%s" % bus_info  # udev's path_id for a PCI function
+    devtype = None
+    for line in (fs.read(base + "/uevent") or "").splitlines():
+        if line.startswith("DEVTYPE="):
+            devtype = line.split("=", 1)[1].strip()
+    kind = _ARPHRD.get((fs.read(base + "/type") or "").strip())
+    if devtype or kind:
+        facts["type"] = devtype or kind
+    ifindex = (fs.read(base + "/ifindex") or "").strip()
+    db = fs.read("/run/udev/data/n%s" % ifindex) if ifindex.isdigit() else None
+    if db is not None:
+        facts["properties"] = dict(
+            line[2:].split("=", 1) for line in db.splitlines() if line.startswith("E:") and "=" in line
+        )
+    return facts
+
+
+# --- uplink guard ------------------------------------------------------------------------------------
+
+# Route types that do not send traffic out of a device (rtnetlink(7) RTN_*).
+_NOT_FORWARDING = ("unreachable", "blackhole", "prohibit", "throw")
+RTF_UP, RTF_REJECT = 0x0001, 0x0200
+
+
+def parse_proc_route(text):
+    """Devices with an IPv4 default route in /proc/net/route (main table): destination and mask 00000000."""
+    devs = set()
+    for line in (text or "").splitlines()[1:]:
+        f = line.split()
+        if len(f) >= 8 and f[1] == "00000000" and f[7] == "00000000":
+            try:
+                flags = int(f[3], 16)
+            except ValueError:
+                continue
+            if flags & RTF_UP and not flags & RTF_REJECT:
+                devs.add(f[0])
+    return devs
+
+
+def parse_proc_ipv6_route(text):
+    """Devices with an IPv6 default route (::/0) in /proc/net/ipv6_route (every table). Reject routes (the
+    kernel's "unreachable ::/0 dev lo") do not count."""
+    devs = set()
+    for line in (text or "").splitlines():
+        f = line.split()
+        if len(f) >= 10 and f[0] == "0" * 32 and f[1] == "00":
+            try:
+                flags = int(f[8], 16)
+            except ValueError:
+                continue
+            if flags & RTF_UP and not flags & RTF_REJECT and f[9] != "lo":
+                devs.add(f[9])
+    return devs
+
+
+def parse_ip_route_json(text):
+    """Devices with a default route in ``ip -j route show table all`` output (policy-routing tables too)."""
+    try:
+        routes = json.loads(text or "[]")
+    except ValueError:
+        return set()
+    devs = set()
+    for route in routes if isinstance(routes, list) else []:
+        if not isinstance(route, dict) or route.get("dst") not in ("default", "0.0.0.0/0", "::/0"):
+            continue
+        if route.get("type") in _NOT_FORWARDING:
+            continue
+        for hop in [route] + list(route.get("nexthops") or []):
+            if isinstance(hop, dict) and hop.get("dev") and hop.get("dev") != "lo":
+                devs.add(hop["dev"])
+    return devs
+
+
+def parse_ip_addr_json(text):
+    """{device: set of addresses} from ``ip -j addr show``."""
+    try:
+        links = json.loads(text or "[]")
+    except ValueError:
+        return {}
+    out = {}
+    for link in links if isinstance(links, list) else []:
+        if not isinstance(link, dict) or not link.get("ifname"):
+            continue
+        addrs = out.setdefault(link["ifname"], set())
+        for info in link.get("addr_info") or []:
+            if isinstance(info, dict) and info.get("local"):
+                addrs.add(_norm_ip(info["local"]))
+    return out
+
+
+def parse_if_inet6(text):
+    """{device: set of IPv6 addresses} from /proc/net/if_inet6."""
+    out = {}
+    for line in (text or "").splitlines():
+        f = line.split()
+        if len(f) >= 6 and len(f[0]) == 32:
+            addr = ":".join(re.findall("....", f[0]))
+            out.setdefault(f[5], set()).add(_norm_ip(addr))
+    return out
+
+
+def _norm_ip(text):
+    text = (text or "").split("%", 1)[0].strip()
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError:
+        return text
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return str(mapped or addr)
+
+
+def ssh_local_address(environ):
+    """The server-side address of SSH_CONNECTION ("client port server port"), or None."""
+    fields = (environ.get("SSH_CONNECTION") or "").split()
+    return _norm_ip(fields[2]) if len(fields) >= 4 else None
+
+
+def ancestor_ssh_connection(fs, pid, limit=64):
+    """SSH_CONNECTION from the environment of the nearest ancestor of ``pid`` that has it: become (sudo, su)
+    resets the environment, but the login shell sshd started above it keeps the variable."""
+    seen = 0
+    while pid and pid > 1 and seen < limit:
+        seen += 1
+        env = fs.read("/proc/%d/environ" % pid)
+        if env:
+            for item in env.split("\0"):
+                if item.startswith("SSH_CONNECTION="):
+                    return item.split("=", 1)[1]
+        stat = fs.read("/proc/%d/stat" % pid) or ""
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after the last ')'.
+        rest = stat.rsplit(")", 1)[-1].split()
+        pid = int(rest[1]) if len(rest) > 1 and rest[1].isdigit() else 0
+    return None
+
+
+def uppers(fs, name, limit=16):
+    """Devices stacked on ``name`` (bond, bridge, team, VLAN, macvlan...), nearest first, from the sysfs
+    ``upper_*`` links and ``master``, recursively."""
+    out, queue = [], [name]
+    while queue and len(out) < limit:
+        dev = queue.pop(0)
+        base = "/sys/class/net/%s" % dev
+        found = [p.rsplit("/", 1)[-1].replace("upper_", "", 1) for p in fs.glob(base + "/upper_*")]
+        if fs.exists(base + "/master"):
+            found.append(fs.realpath(base + "/master").rstrip("/").rsplit("/", 1)[-1])
+        for upper in found:
+            if upper and upper not in out and upper != name:
+                out.append(upper)
+                queue.append(upper)
+    return out
+
+
+def uplink_status(name, upper_devs, default_devs, addresses, local_address):
+    """{"default_route", "connection", "via"}: whether ``name`` or a device stacked on it carries a default route
+    or the local address of the current connection; ``via``: the upper device that does (None when the NIC
+    itself does, or nothing does)."""
+    status = {"default_route": False, "connection": False, "via": None}
+    for dev in [name] + list(upper_devs):
+        route = dev in default_devs
+        conn = bool(local_address) and local_address in addresses.get(dev, set())
+        if route or conn:
+            if not (status["default_route"] or status["connection"]) and dev != name:
+                status["via"] = dev
+            status["default_route"] = status["default_route"] or route
+            status["connection"] = status["connection"] or conn
+    return status
 
 
 def udev_rule(name, after, ethtool, ip):

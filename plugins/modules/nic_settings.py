@@ -20,6 +20,27 @@ description:
     without systemd-networkd); otherwise a udev rule that replays the commands.
   - A value the driver does not support (rings or coalescing on veth, a fixed feature) is reported under
     C(unsupported), not failed, unless C(strict).
+  - B(Uplink guard.) The module refuses (fails, nothing changed, not even a file) to change a NIC that is on the
+    path that reaches the host, unless O(allow_uplink=true). A NIC is an uplink when it, or a bond, bridge, team,
+    VLAN or macvlan stacked on it (sysfs C(upper_*) links and C(master), recursively), carries an IPv4 or IPv6
+    default route (C(/proc/net/route), C(/proc/net/ipv6_route), and C(ip -j route show table all) for
+    policy-routing tables; reject routes do not count), or has the local address of the current SSH connection
+    (the third field of C(SSH_CONNECTION), from the module's environment or, because C(become) resets it, from the
+    nearest ancestor process that has it). A bond member under a bond that carries the default route is an uplink.
+    The refusal happens in check mode too, so check mode predicts the failure. RV(uplink) is returned always.
+    When the NIC is already as asked there is nothing to refuse and the module returns C(ok).
+  - B(.link files never rename NICs.) The file matches the NIC on C(PermanentMACAddress=) (the burnt-in MAC from
+    C(ethtool -P); the current MAC in sysfs C(address) is shared by all members of a bond) plus C(Driver=); when
+    the NIC has no permanent MAC (veth, many VFs), or systemd is older than v245 (no C(PermanentMACAddress=)), on
+    C(OriginalName=) plus C(Driver=), with a warning. It never chooses a name - no C(Name=) or C(NamePolicy=) of
+    its own. Because systemd-udevd applies only the first matching C(.link) file (systemd.link(5)), our file takes
+    the place of the one that names the NIC today (usually C(99-default.link) with C(NamePolicy=)); its C([Link])
+    settings other than ours are carried over unchanged (RV(persisted.replaces)) - without them the NIC would get
+    its kernel name (C(eth0)) at the next boot.
+  - The file is C(90-gpufleet-<name>.link), sorting after files an administrator, netplan (C(10-netplan-*.link))
+    or cloud-init wrote, and before C(99-default.link). An earlier file that matches the same NIC makes ours a
+    no-op at boot; the module warns and returns it as RV(link_shadowed_by). Our own file of older releases,
+    C(60-gpufleet-<name>.link) (matched on the current MAC and set C(Name=)), is removed.
 author:
   - gpufleet team (!UNKNOWN)
 options:
@@ -55,6 +76,21 @@ options:
     description: Directory for the systemd C(.link) file.
     type: path
     default: /etc/systemd/network
+  link_search_dirs:
+    description:
+      - Directories systemd-udevd reads C(.link) files from, highest priority first (a file name in an earlier
+        directory hides the same name in later ones). They are read to find an earlier file that shadows ours and
+        the file ours takes the place of. O(link_dir) is always searched first.
+    type: list
+    elements: path
+    default: [/etc/systemd/network, /run/systemd/network, /usr/local/lib/systemd/network, /usr/lib/systemd/network,
+              /lib/systemd/network]
+  allow_uplink:
+    description:
+      - Change the NIC even when it carries a default route or the current SSH connection (directly or through a
+        bond, bridge or VLAN above it). Without it such a NIC is refused. Set it only for a NIC named on purpose.
+    type: bool
+    default: false
   udev_dir:
     description: Directory for the udev rule.
     type: path
@@ -87,6 +123,13 @@ EXAMPLES = r"""
     rings: {rx: max, tx: max}
     offloads: {gro: true, tso: true, gso: true}
   become: true
+
+- name: The management NIC too, knowing it carries the default route
+  gpufleet.tuning.nic_settings:
+    name: eno1
+    offloads: {gro: true}
+    allow_uplink: true
+  become: true
 """
 
 RETURN = r"""
@@ -107,9 +150,31 @@ unsupported:
   returned: always
   type: dict
 persisted:
-  description: C(method) (networkmanager, link, udev or none), C(path), and whether it C(changed).
+  description:
+    - C(method) (networkmanager, link, udev or none), C(path), and whether it C(changed).
+    - C(match) - for a C(.link) file, what it matches on, C(PermanentMACAddress) or C(OriginalName) (with
+      C(Driver=) in both cases); null otherwise.
+    - C(replaces) - the C(.link) file that applies to the NIC today and whose other C([Link]) settings (naming)
+      ours carries over; null when none matches.
+    - C(removed) - files removed (our C(60-gpufleet-<name>.link) of older releases).
   returned: always
   type: dict
+uplink:
+  description:
+    - C(default_route) - the NIC, or a device stacked on it, carries an IPv4 or IPv6 default route.
+    - C(connection) - the NIC, or a device stacked on it, has the local address of the current SSH connection;
+      null when that cannot be told (no C(ip) to read IPv4 addresses).
+    - C(via) - the bond, bridge or VLAN above the NIC that carries it; null when the NIC itself does, or when it
+      is not an uplink.
+  returned: always (also when the module refuses the change)
+  type: dict
+  sample: {default_route: true, connection: false, via: bond0}
+link_shadowed_by:
+  description: An earlier-sorting C(.link) file that matches the NIC, so that ours changes nothing at boot; null
+    when none (or when no C(.link) file is written).
+  returned: always
+  type: str
+  sample: /run/systemd/network/10-netplan-eth0.link
 """
 
 import os
@@ -169,6 +234,160 @@ def _detect(module, name, requested):
     return "udev"
 
 
+def _uplink(module, fs, name, run, ip_bin):
+    """uplink_status for ``name``, plus why it could not be told (or None)."""
+    default_devs = nic_settings.parse_proc_route(fs.read("/proc/net/route"))
+    default_devs |= nic_settings.parse_proc_ipv6_route(fs.read("/proc/net/ipv6_route"))
+    addresses, unknown = nic_settings.parse_if_inet6(fs.read("/proc/net/if_inet6")), None
+    if ip_bin:
+        # /proc/net/route shows the main table only; ip also lists policy-routing tables.
+        for family in ("-4", "-6"):
+            rc, out, _err = run([ip_bin, "-j", family, "route", "show", "table", "all"])
+            if rc == 0:
+                default_devs |= nic_settings.parse_ip_route_json(out)
+        rc, out, _err = run([ip_bin, "-j", "addr", "show"])
+        if rc == 0:
+            for dev, addrs in nic_settings.parse_ip_addr_json(out).items():
+                addresses.setdefault(dev, set()).update(addrs)
+    connection = os.environ.get("SSH_CONNECTION") or nic_settings.ancestor_ssh_connection(fs, os.getpid())
+    local = nic_settings.ssh_local_address({"SSH_CONNECTION": connection or ""})
+    if local and ":" not in local and not ip_bin:
+        unknown = "the NIC's IPv4 addresses cannot be read without ip (iproute2)"
+    status = nic_settings.uplink_status(name, nic_settings.uppers(fs, name), default_devs, addresses, local)
+    if unknown and not status["connection"]:
+        status["connection"] = None
+    return status, local, unknown
+
+
+def _uplink_refusal(name, status, local, unknown):
+    where = "%s (stacked on %s)" % (status["via"], name) if status["via"] else name
+    reasons = []
+    if status["default_route"]:
+        reasons.append("%s carries a default route" % where)
+    if status["connection"]:
+        reasons.append("%s has the address of this connection (%s, from SSH_CONNECTION)" % (where, local))
+    elif status["connection"] is None:
+        reasons.append("it cannot be told whether %s carries this connection (%s): %s" % (name, local, unknown))
+    return (
+        "allow_uplink: %s is an uplink - %s; changing it can cut the host off, so nothing was changed. "
+        "Set allow_uplink: true (the network_tuning role does so for NICs named in the policy's "
+        "network.interfaces) to change it anyway." % (name, "; ".join(reasons))
+    )
+
+
+def _link_plan(module, fs, name, current, settable, run, ethtool_bin):
+    """(path, text, extra results, warnings) for the systemd .link file, and the legacy file to remove."""
+    p = module.params
+    warnings = []
+    permanent = "unknown"
+    perm_note = None
+    if ethtool_bin:
+        rc, out, err = run([ethtool_bin, "-P", name])
+        if rc == 0:
+            permanent = nic_settings.parse_permanent_address(out)
+            if permanent is None:
+                perm_note = "ethtool -P reports no permanent MAC address for %s" % name
+        else:
+            perm_note = "ethtool -P %s failed: %s" % (name, (err or out or "rc %d" % rc).strip())
+    else:
+        perm_note = "ethtool not found: the permanent MAC address of %s is not known" % name
+    facts = nic_settings.link_facts(fs, name, current.get("driver"), current.get("bus_info"), permanent)
+    match_facts = {"name": name, "driver": current.get("driver"), "permanent_mac": None}
+    match_facts["permanent_mac_note"] = perm_note
+    if permanent not in (None, "unknown"):
+        udevadm = module.get_bin_path("udevadm")
+        version = None
+        if udevadm:
+            rc, out, _err = run([udevadm, "--version"])
+            version = nic_settings.parse_systemd_version(out) if rc == 0 else None
+        if version is not None and version < nic_settings.PERMANENT_MAC_SYSTEMD:
+            match_facts["permanent_mac_note"] = "systemd %d predates PermanentMACAddress= (v%d)" % (
+                version,
+                nic_settings.PERMANENT_MAC_SYSTEMD,
+            )
+        else:
+            match_facts["permanent_mac"] = permanent
+    match_lines, how, note = nic_settings.link_match_lines(match_facts)
+    if how == "OriginalName":
+        note = "%s; matched on OriginalName= + Driver= instead of PermanentMACAddress=" % note
+        warnings.append("%s.link: %s" % (name, note))
+        if (fs.read("/sys/class/net/%s/name_assign_type" % name) or "").strip() == "4":
+            warnings.append(
+                "%s was renamed after the kernel named it: OriginalName=%s may not match it at boot" % (name, name)
+            )
+    if not current.get("driver"):
+        warnings.append("%s.link: the driver of %s is not known: the file matches without Driver=" % (name, name))
+    ours = nic_settings.link_file_name(name)
+    dirs = [p["link_dir"]] + [d for d in p["link_search_dirs"] if d.rstrip("/") != p["link_dir"].rstrip("/")]
+    near = nic_settings.link_neighbours(fs, dirs, ours, facts)
+    if near["shadowed_by"]:
+        warnings.append(
+            "%s sorts before %s and matches %s: systemd applies only the first matching .link file "
+            "(systemd.link(5)), so ours changes nothing at boot; put the settings in that file (or the tool that "
+            "writes it, e.g. netplan) instead" % (near["shadowed_by"], ours, name)
+        )
+    for path, why in near["maybe"]:
+        warnings.append(
+            "%s sorts before %s and may match %s (%s): if it does, ours changes nothing at boot"
+            % (path, ours, name, "; ".join(why))
+        )
+    for path, why in near["replaces_maybe"]:
+        warnings.append(
+            "%s may match %s (%s); its [Link] settings are not carried over into %s"
+            % (path, name, "; ".join(why), ours)
+        )
+    inherited, inherited_from = None, None
+    if near["replaces"]:
+        inherited_from, inherited = near["replaces"]
+    text = nic_settings.link_file(name, match_lines, settable, inherited, inherited_from, note)
+    extra = {"match": how, "replaces": inherited_from, "shadowed_by": near["shadowed_by"]}
+    legacy = os.path.join(p["link_dir"], nic_settings.LEGACY_LINK_PREFIX + "%s.link" % name)
+    old_legacy = fs.read(legacy)
+    if old_legacy is None or not old_legacy.startswith(nic_settings.MANAGED_HEADER):
+        legacy = None
+    return os.path.join(p["link_dir"], ours), text, extra, warnings, legacy
+
+
+def _persist_plan(module, fs, name, current, settable, run, ethtool_bin, ip_bin):
+    """What persistence would write: {"method", "path", "text", "old", "changed", "remove", ...}, warnings."""
+    p = module.params
+    plan = {
+        "method": "none",
+        "path": None,
+        "text": None,
+        "old": None,
+        "changed": False,
+        "remove": None,
+        "match": None,
+        "replaces": None,
+        "shadowed_by": None,
+    }
+    warnings = []
+    if not (p["persist"] and settable and p["persist_method"] != "none"):
+        return plan, warnings
+    method = _detect(module, name, p["persist_method"])
+    plan["method"] = method
+    if method == "link":
+        path, text, extra, warnings, legacy = _link_plan(module, fs, name, current, settable, run, ethtool_bin)
+        plan.update(extra)
+        plan["remove"] = legacy
+    elif method == "udev":
+        path = os.path.join(p["udev_dir"], "60-gpufleet-%s.rules" % name)
+        text = nic_settings.udev_rule(name, settable, ethtool_bin or "/usr/sbin/ethtool", ip_bin or "/usr/sbin/ip")
+    else:
+        path, text = None, None
+        warnings.append(
+            "NetworkManager manages %s: set the values in its connection profile "
+            "(nmcli connection modify <profile> 802-3-ethernet.mtu ... ethtool.ring-rx ...)" % name
+        )
+    plan["path"], plan["text"] = path, text
+    if path:
+        plan["old"] = fs.read(path)
+        plan["changed"] = plan["old"] != text
+    plan["changed"] = plan["changed"] or bool(plan["remove"])
+    return plan, warnings
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -181,8 +400,10 @@ def main():
             persist=dict(type="bool", default=True),
             persist_method=dict(type="str", default="auto", choices=["auto", "networkmanager", "link", "udev", "none"]),
             link_dir=dict(type="path", default="/etc/systemd/network"),
+            link_search_dirs=dict(type="list", elements="path", default=list(nic_settings.LINK_DIRS)),
             udev_dir=dict(type="path", default="/etc/udev/rules.d"),
             strict=dict(type="bool", default=False),
+            allow_uplink=dict(type="bool", default=False),
             ethtool_path=dict(type="path"),
             **rollback.ARGUMENT_SPEC,
         ),
@@ -203,6 +424,7 @@ def main():
     current = nic.read_nic(fs, name, runner, None if ethtool_bin else "ethtool not found in PATH")
     if not current.get("present"):
         module.fail_json(msg="name: no such interface: %s" % name)
+    uplink, local, unknown = _uplink(module, fs, name, run, ip_bin)
     want = {
         "mtu": p["mtu"],
         "offloads": p["offloads"],
@@ -213,11 +435,12 @@ def main():
     try:
         before, after, steps, unsupported = nic_settings.plan(current, want)
     except nic_settings.NicSettingsError as exc:
-        module.fail_json(msg=str(exc))
+        module.fail_json(msg=str(exc), uplink=uplink)
     if unsupported and p["strict"]:
         module.fail_json(
             msg="strict: %s does not support %s"
-            % (name, ", ".join("%s (%s)" % kv for kv in sorted(unsupported.items())))
+            % (name, ", ".join("%s (%s)" % kv for kv in sorted(unsupported.items()))),
+            uplink=uplink,
         )
     for _field, _argv, tool in steps:
         if tool == "ethtool" and not ethtool_bin:
@@ -225,8 +448,29 @@ def main():
         if tool == "ip" and not ip_bin:
             module.fail_json(msg="ip (iproute2) is needed to change the MTU but was not found")
 
-    rollback.record_for(module, [{"kind": "nic", "name": name, "field": field, "value": before.get(field)}
-                                 for field, _argv, _tool in steps])
+    def settable():
+        return dict((k, v) for k, v in after.items() if k not in unsupported)
+
+    persist, warnings = _persist_plan(module, fs, name, current, settable(), run, ethtool_bin, ip_bin)
+    planned = [" ".join([ethtool_bin if tool == "ethtool" else ip_bin] + argv) for _f, argv, tool in steps]
+    is_uplink = uplink["default_route"] or uplink["connection"] is not False
+    if is_uplink and not p["allow_uplink"] and (steps or persist["changed"]):
+        module.fail_json(
+            msg=_uplink_refusal(name, uplink, local, unknown),
+            uplink=uplink,
+            before=before,
+            after=after,
+            commands=[],
+            would_run=planned,
+            link_shadowed_by=persist["shadowed_by"],
+        )
+    for warning in warnings:
+        module.warn(warning)
+
+    rollback.record_for(
+        module,
+        [{"kind": "nic", "name": name, "field": field, "value": before.get(field)} for field, _argv, _tool in steps],
+    )
     commands = []
     for field, argv, tool in steps:
         full = [ethtool_bin if tool == "ethtool" else ip_bin] + argv
@@ -240,43 +484,56 @@ def main():
                 unsupported[field] = reason
                 after[field] = before.get(field)
                 continue
-            module.fail_json(msg="%s: %s failed: %s" % (field, " ".join(full), reason), commands=commands)
+            module.fail_json(
+                msg="%s: %s failed: %s" % (field, " ".join(full), reason), commands=commands, uplink=uplink
+            )
 
     changed = bool(steps) and not all(field in unsupported for field, _a, _t in steps)
-    persisted = {"method": "none", "path": None, "changed": False}
-    settable = dict((k, v) for k, v in after.items() if k not in unsupported)
-    if p["persist"] and settable and p["persist_method"] != "none":
-        method = _detect(module, name, p["persist_method"])
-        persisted["method"] = method
-        if method == "link":
-            path = os.path.join(p["link_dir"], "60-gpufleet-%s.link" % name)
-            mac = (fs.read("/sys/class/net/%s/address" % name) or "").strip() or None
-            text = nic_settings.link_file(name, mac, settable)
-        elif method == "udev":
-            path = os.path.join(p["udev_dir"], "60-gpufleet-%s.rules" % name)
-            text = nic_settings.udev_rule(name, settable, ethtool_bin or "/usr/sbin/ethtool", ip_bin or "/usr/sbin/ip")
-        else:
-            path, text = None, None
-            module.warn(
-                "NetworkManager manages %s: set the values in its connection profile "
-                "(nmcli connection modify <profile> 802-3-ethernet.mtu ... ethtool.ring-rx ...)" % name
-            )
-        persisted["path"] = path
-        if path:
-            old = fs.read(path)
-            persisted["changed"] = old != text
-            persisted["diff"] = {"before_header": path, "after_header": path, "before": old or "", "after": text}
-            if persisted["changed"] and not module.check_mode:
-                rollback.record_for(module, [{"kind": "file", "path": path, "content": old}])
-                write_atomic(path, text)
-        changed = changed or persisted["changed"]
+    if any(field in unsupported for field, _a, _t in steps):
+        # A setting the driver refused at run time is not persisted either.
+        persist, _again = _persist_plan(module, fs, name, current, settable(), run, ethtool_bin, ip_bin)
+    persisted = {
+        "method": persist["method"],
+        "path": persist["path"],
+        "changed": persist["changed"],
+        "match": persist["match"],
+        "replaces": persist["replaces"],
+        "removed": [persist["remove"]] if persist["remove"] else [],
+    }
+    file_diffs = []
+    if persist["path"] and persist["old"] != persist["text"]:
+        file_diffs.append(
+            {
+                "before_header": persist["path"],
+                "after_header": persist["path"],
+                "before": persist["old"] or "",
+                "after": persist["text"],
+            }
+        )
+        if not module.check_mode:
+            rollback.record_for(module, [{"kind": "file", "path": persist["path"], "content": persist["old"]}])
+            write_atomic(persist["path"], persist["text"])
+    if persist["remove"]:
+        old = fs.read(persist["remove"])
+        file_diffs.append(
+            {
+                "before_header": persist["remove"],
+                "after_header": "%s (removed)" % persist["remove"],
+                "before": old or "",
+                "after": "",
+            }
+        )
+        if not module.check_mode:
+            rollback.record_for(module, [{"kind": "file", "path": persist["remove"], "content": old}])
+            os.unlink(persist["remove"])
+    changed = changed or persist["changed"]
 
     diff = {
         "before": "".join("%s: %s\n" % kv for kv in sorted(before.items()) if kv[0] in [s[0] for s in steps]),
         "after": "".join("%s: %s\n" % kv for kv in sorted(after.items()) if kv[0] in [s[0] for s in steps]),
     }
-    if persisted.get("diff"):
-        diff = [diff, persisted.pop("diff")]
+    if file_diffs:
+        diff = [diff] + file_diffs
     module.exit_json(
         changed=changed,
         before=before,
@@ -284,6 +541,8 @@ def main():
         commands=commands,
         unsupported=unsupported,
         persisted=persisted,
+        uplink=uplink,
+        link_shadowed_by=persist["shadowed_by"],
         diff=diff,
     )
 
