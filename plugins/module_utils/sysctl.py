@@ -57,6 +57,21 @@ def at_least(wanted, current):
         return wanted
 
 
+def at_most(wanted, current):
+    """The mirror of ``at_least``: ``wanted`` lowered field by field to ``current`` where current is smaller (a
+    running vm.swappiness 1 against a wanted 10 gives 1); ``wanted`` as it is when the two are not integer lists of
+    the same length (or nothing is running)."""
+    if current is None:
+        return wanted
+    want, have = wanted.split(), current.split()
+    if len(want) != len(have):
+        return wanted
+    try:
+        return " ".join(str(min(int(w), int(h))) for w, h in zip(want, have))
+    except ValueError:
+        return wanted
+
+
 def parse_conf(text):
     """{key: value} from sysctl.conf syntax (comments, '-' prefix for ignore-errors, '/' or '.' separators)."""
     out = {}

@@ -47,6 +47,15 @@ options:
     type: list
     elements: str
     default: []
+  at_most:
+    description:
+      - Keys of C(settings) whose values are maximums (the mirror of O(at_least)). Where the running kernel already
+        has a smaller number (an owner's C(vm.swappiness) 1 against a wanted 10), that number is kept, in the kernel
+        and in the file, instead of being raised. Every key listed must be in C(settings), and not in O(at_least).
+    type: list
+    elements: str
+    default: []
+    version_added: "0.2.0"
   header:
     description: Comment written at the top of the file.
     type: str
@@ -107,7 +116,9 @@ tuned:
   returned: always
   type: dict
 kept:
-  description: Keys of C(at_least) where the running value was larger, with C(wanted), C(running) and C(kept).
+  description: >-
+    Keys of C(at_least) where the running value was larger, and of C(at_most) where it was smaller, with C(wanted),
+    C(running) and C(kept).
   returned: always
   type: dict
 """
@@ -130,6 +141,7 @@ def main():
             apply=dict(type="bool", default=True),
             root=dict(type="path", default="/"),
             at_least=dict(type="list", elements="str", default=[]),
+            at_most=dict(type="list", elements="str", default=[]),
             header=dict(type="str", default=DEFAULT_HEADER),
             **rollback.ARGUMENT_SPEC,
         ),
@@ -148,19 +160,24 @@ def main():
         if value is None or isinstance(value, dict) or "\n" in str(value):
             module.fail_json(msg="settings.%s: value must be a number, a string or a list, got %r" % (key, value))
         settings[key] = sysctl.normalize(value)
-    unknown = sorted(set(p["at_least"]) - set(settings))
-    if unknown:
-        module.fail_json(msg="at_least: %s not in settings (keys: %s)"
-                             % (", ".join(unknown), ", ".join(sorted(settings))))
+    for option in ("at_least", "at_most"):
+        unknown = sorted(set(p[option]) - set(settings))
+        if unknown:
+            module.fail_json(msg="%s: %s not in settings (keys: %s)"
+                                 % (option, ", ".join(unknown), ", ".join(sorted(settings))))
+    both = sorted(set(p["at_least"]) & set(p["at_most"]))
+    if both:
+        module.fail_json(msg="at_least and at_most: %s is in both (a key is a minimum or a maximum)" % ", ".join(both))
 
     fs = HostFS(p["root"])
     kept = {}
-    for key in p["at_least"]:
-        running, _reason = sysctl.read_runtime(fs, key)
-        raised = sysctl.at_least(settings[key], running)
-        if raised != settings[key]:
-            kept[key] = {"wanted": settings[key], "running": running, "kept": raised}
-            settings[key] = raised
+    for option, keep in (("at_least", sysctl.at_least), ("at_most", sysctl.at_most)):
+        for key in p[option]:
+            running, _reason = sysctl.read_runtime(fs, key)
+            value = keep(settings[key], running)
+            if value != settings[key]:
+                kept[key] = {"wanted": settings[key], "running": running, "kept": value}
+                settings[key] = value
     own = p["file"]
     text = sysctl.render_file(settings, p["header"])
     current_text = fs.read(own)

@@ -133,3 +133,151 @@ def test_tuned_keeps_the_governor(tmp_path):
     assert {p.read_text().strip() for p in root.glob("sys/devices/system/cpu/cpu*/cpufreq/scaling_governor")} == {
         "powersave"
     }
+
+
+# ------------------------------------------- issue 12: targets from the policy, owners' choices kept
+
+POLICY_PLAY = """
+- name: Tune
+  hosts: all
+  gather_facts: false
+  roles:
+    - role: gpufleet.tuning.host_tuning
+  tasks:
+    - name: Audit
+      gpufleet.tuning.audit:
+        policy: "{{ [gpufleet_policy | default({}), gpufleet_policy_group | default({}),
+                     gpufleet_policy_host | default({})] | ansible.builtin.combine(recursive=true) }}"
+        root: "{{ host_tuning_root }}"
+        gather: [host]
+        sample_seconds: 0
+      register: audit
+    - name: Decisions
+      ansible.builtin.debug:
+        msg:
+          overrides: "{{ host_tuning_policy_overrides }}"
+          irqbalance: "{{ host_tuning_irqbalance }}"
+"""
+
+
+def _fleet(tmp_path, hosts):
+    """Several fixture hosts in one run (one playbook for all): {name: (mkroot overrides, host vars)}."""
+    inv = {"all": {"hosts": {}}}
+    for name, (overrides, hostvars) in hosts.items():
+        root = mkroot.build_root(tmp_path / name, overrides)
+        inv["all"]["hosts"][name] = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "host_tuning_root": str(root),
+            **hostvars,
+        }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
+    (tmp_path / "play.yml").write_text(POLICY_PLAY)
+
+
+def _run_fleet(tmp_path):
+    events = []
+    result = run_playbook(str(tmp_path / "play.yml"), str(tmp_path / "hosts.yml"), on_event=events.append)
+    changed = sorted(
+        {
+            (e["event_data"]["host"], e["event_data"]["task"])
+            for e in events
+            if e.get("event") == "runner_on_ok" and (e["event_data"].get("res") or {}).get("changed")
+        }
+    )
+    out = {}
+    for name, host in result.hosts.items():
+        assert host.status == "ok", (name, host.message)
+        findings = {f["rule"]: f for f in host.results["Audit"]["findings"]}
+        out[name] = (findings, host.results["Decisions"]["msg"])
+    return out, changed
+
+
+SYSCTL_TASK = "Kernel memory and NUMA settings (HOST-MEM-002, HOST-MEM-005, HOST-CPU-003)"
+
+
+def test_targets_come_from_the_policy_and_running_choices_are_kept(tmp_path):
+    _fleet(
+        tmp_path,
+        {
+            # The group's policy allows at most 5: the role writes 5 (today it writes its own 10). Overcommit 1 and
+            # THP never are acceptable to the policy: kept (today the role sets 0 and madvise).
+            "swap5": (
+                {"swappiness": 60, "overcommit_memory": 1, "thp_enabled": "never"},
+                {"gpufleet_policy_group": {"memory": {"max_swappiness": 5}}},
+            ),
+            # An owner's swappiness 1 stays (today the role raises it to 10); a role variable set by the user wins
+            # and is listed.
+            "owner1": ({"swappiness": 1, "memlock_kb": 64}, {"host_tuning_memlock": "1048576"}),
+        },
+    )
+    hosts, changed = _run_fleet(tmp_path)
+    text = (tmp_path / "swap5/etc/sysctl.d/60-gpufleet.conf").read_text()
+    assert "vm.swappiness = 5" in text and "vm.overcommit_memory = 1" in text, text
+    assert (tmp_path / "swap5/proc/sys/vm/swappiness").read_text().strip() == "5"
+    assert "[never]" in (tmp_path / "swap5/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    findings, decisions = hosts["swap5"]
+    assert findings["HOST-MEM-002"]["status"] == "pass" and findings["HOST-MEM-002"]["expected"] == "<= 5"
+    assert decisions["overrides"] == []
+
+    assert "vm.swappiness = 1" in (tmp_path / "owner1/etc/sysctl.d/60-gpufleet.conf").read_text()
+    assert (tmp_path / "owner1/proc/sys/vm/swappiness").read_text().strip() == "1"
+    limits = (tmp_path / "owner1/etc/security/limits.d/90-gpufleet.conf").read_text()
+    assert "* soft memlock 1048576" in limits
+    findings, decisions = hosts["owner1"]
+    assert findings["HOST-MEM-002"]["status"] == "pass"
+    assert decisions["overrides"] == [
+        {
+            "variable": "host_tuning_memlock",
+            "value": "1048576",
+            "policy_key": "memory.min_memlock_kb",
+            "policy_value": None,
+        }
+    ]
+    assert ("owner1", SYSCTL_TASK) in changed  # the file is written, with the owner's 1
+
+    _hosts, changed = _run_fleet(tmp_path)
+    assert [c for c in changed if c[1] != "Decisions"] == []
+
+
+def _pinned(affinity):
+    return [
+        mkroot.irq_device("nic", "0000:17:00.0", 120, 4, name="ens1f0", numa_node=0, affinity=affinity),
+        mkroot.irq_device("gpu", "0000:18:00.0", 200, 1, numa_node=0),
+    ]
+
+
+def test_irqbalance_is_not_started_over_irqs_pinned_by_hand(tmp_path):
+    running = {"gpufleet_policy_group": {"cpu": {"irqbalance": "running"}}}
+    _fleet(
+        tmp_path,
+        {
+            "pinned": ({"irqbalance": False, "irq_devices": _pinned(["2", "3", "4", "5"])}, running),
+            "spread": ({"irqbalance": False, "irq_devices": _pinned("node")}, running),
+            "forced": (
+                {"irqbalance": False, "irq_devices": _pinned(["2", "3", "4", "5"])},
+                {**running, "host_tuning_irqbalance_override_pinned": True},
+            ),
+            "owner": ({"irqbalance": False, "irq_devices": _pinned("node")}, {}),
+        },
+    )
+    hosts, _changed = _run_fleet(tmp_path)
+
+    findings, decisions = hosts["pinned"]
+    irq = decisions["irqbalance"]
+    assert (irq["wanted"], irq["state"], irq["running"]) == ("started", None, False)
+    assert irq["reason"].startswith("IRQs pinned by hand: 120, 121, 122, 123 (devices ens1f0)")
+    assert [p["cpus"] for p in irq["pinned"]] == ["2", "3", "4", "5"]
+    assert findings["HOST-CPU-004"]["status"] == "pass"
+    assert "IRQs pinned by hand: ens1f0 (IRQs 120-123)" in findings["HOST-CPU-004"]["message"]
+
+    findings, decisions = hosts["spread"]
+    assert decisions["irqbalance"]["state"] == "started" and decisions["irqbalance"]["pinned"] == []
+    assert findings["HOST-CPU-004"]["status"] == "fail"  # a fixture root has no service to start
+
+    assert hosts["forced"][1]["irqbalance"]["state"] == "started"
+    assert hosts["forced"][1]["overrides"] == []
+
+    findings, decisions = hosts["owner"]  # the default policy (any) leaves the service to its owner
+    assert decisions["irqbalance"]["state"] is None and "cpu.irqbalance: any" in decisions["irqbalance"]["reason"]
+    assert findings["HOST-CPU-004"]["status"] == "pass"

@@ -46,3 +46,19 @@ def test_absent_key_must_be_set_on_the_host(tmp_path):
 )
 def test_at_least(wanted, running, expected):
     assert sysctl.at_least(wanted, running) == expected
+
+
+@pytest.mark.parametrize(
+    "wanted, running, expected",
+    [
+        ("10", "1", "1"),  # an owner's swappiness 1 stays
+        ("10", "60", "10"),
+        ("10", "10", "10"),
+        ("10", None, "10"),
+        ("4096 131072 6291456", "4096 87380 268435456", "4096 87380 6291456"),
+        ("10", "1 2", "10"),  # not comparable: as wanted
+        ("bbr", "cubic", "bbr"),
+    ],
+)
+def test_at_most(wanted, running, expected):
+    assert sysctl.at_most(wanted, running) == expected
