@@ -172,7 +172,17 @@ FACT_TASK = """  tasks:
     - name: Policy overrides
       ansible.builtin.debug:
         var: gpu_runtime_policy_overrides
+    - name: Audit
+      gpufleet.tuning.audit:
+        policy: "{{ [gpufleet_policy | default({}), gpufleet_policy_group | default({}),
+                     gpufleet_policy_host | default({})] | ansible.builtin.combine(recursive=true) }}"
+        gather: [gpu]
+        sample_seconds: 0
 """
+
+
+def _finding(host, rule):
+    return next(f for f in host.results["Audit"]["findings"] if f["rule"] == rule)
 
 
 def _limits(profiles, state):
@@ -188,6 +198,7 @@ def test_declared_cap_is_set_exactly(tmp_path, profiles, sim_lib):
     assert "Power limit (GPU-PWR-002)" in changed
     assert _limits(profiles, state) == ["300000", "300000"]
     assert gpu1.results["Policy overrides"]["gpu_runtime_policy_overrides"] == []
+    assert _finding(gpu1, "GPU-PWR-002")["status"] == "pass"  # the re-audit judges what the role set
     gpu1, changed = _run(tmp_path)
     assert gpu1.status == "ok" and changed == []
 
@@ -202,6 +213,7 @@ def test_hand_set_cap_declared_in_policy_is_left_alone(tmp_path, profiles, sim_l
     assert "Power limit (GPU-PWR-002)" not in changed
     assert gpu1.results["Power limit (GPU-PWR-002)"]["changed"] is False
     assert _limits(profiles, state) == ["300000", "300000"]
+    assert _finding(gpu1, "GPU-PWR-002")["status"] == "pass"
 
 
 def test_declared_percent_cap_clamped_to_the_gpu_range(tmp_path, profiles, sim_lib):
@@ -210,6 +222,7 @@ def test_declared_percent_cap_clamped_to_the_gpu_range(tmp_path, profiles, sim_l
     gpu1, _changed = _run(tmp_path)
     assert gpu1.status == "ok", gpu1.message
     assert _limits(profiles, state) == ["100000", "100000"]
+    assert _finding(gpu1, "GPU-PWR-002")["status"] == "pass"
 
 
 def test_no_declared_cap_restores_the_default_and_keeps_higher_limits(tmp_path, profiles, sim_lib):
@@ -218,6 +231,7 @@ def test_no_declared_cap_restores_the_default_and_keeps_higher_limits(tmp_path, 
     gpu1, changed = _run(tmp_path)
     assert gpu1.status == "ok", gpu1.message
     assert _limits(profiles, state) == ["400000", "400000"]
+    assert _finding(gpu1, "GPU-PWR-002")["status"] == "pass"
     # A floor of 50 % is a minimum: a GPU at 300 W (75 %) is not lowered to 200 W.
     state = _policy_host(
         tmp_path,
