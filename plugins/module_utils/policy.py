@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
+import ipaddress
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 AREAS = ("memory", "cpu", "network", "power", "software", "health")
@@ -26,7 +27,9 @@ SPEC = {
               "Per-rule settings by id: {enabled: false} turns a rule off, {severity: low} re-grades it."),
     "site": (None, "str", "This host's site (usually set per inventory group), e.g. ap_southeast."),
     "sites": ({}, "dict",
-              "Declared long-haul links per site: {SITE: {links: {PEER_SITE: {rtt_ms: 180, bandwidth_gbps: 1}}}}."),
+              "Declared long-haul links per site: {SITE: {links: {PEER_SITE: {rtt_ms: 180, bandwidth_gbps: 1, "
+              "prefixes: [CIDR, ...]}}}}; prefixes (optional) are the peer's networks, for per-route congestion "
+              "control (network.congestion_control_scope: routes)."),
     "peers": ([], "list",
               "Measured links: [{site: us_east, host: 198.51.100.7, port: 22, bandwidth_gbps: 1}] - the audit "
               "times a TCP connect to each and uses the measured RTT instead of a declared one."),
@@ -65,6 +68,10 @@ SPEC = {
                           "half of it as window)."),
         "max_buffer_bytes": (268435456, "int", "Cap on the TCP buffer size the audit asks for (bytes)."),
         "congestion_control": ("bbr", "str", "Congestion control wanted on long links when the kernel offers it."),
+        "congestion_control_scope": ("host", ("host", "routes"),
+                                     "Where the long-link congestion control applies: host (tcp_congestion_control, "
+                                     "every connection) or routes (congctl on the routes to the long-haul peers' "
+                                     "prefixes, sites.SITE.links.PEER.prefixes; local traffic keeps the default)."),
         "default_bandwidth_gbps": (1.0, "number", "Bandwidth assumed for a measured link that does not declare one."),
     },
     "power": {
@@ -167,6 +174,22 @@ def _validate_section(spec, data, prefix):
             _check_type(path, value, entry[1])
 
 
+def _validate_prefixes(path, prefixes):
+    """A list of IPv4/IPv6 networks in CIDR notation (host bits zero), or null."""
+    if prefixes is None:
+        return
+    if not isinstance(prefixes, list):
+        raise PolicyError("policy.%s: expected a list of CIDR networks, got %r" % (path, prefixes))
+    for i, prefix in enumerate(prefixes):
+        try:
+            if not isinstance(prefix, str):
+                raise TypeError("not a string")
+            ipaddress.ip_network(prefix)
+        except (TypeError, ValueError) as exc:
+            raise PolicyError("policy.%s[%d]: %r is not a CIDR network such as 198.51.100.0/24 or 2001:db8::/32 (%s)"
+                              % (path, i, prefix, exc))
+
+
 def _validate_links(policy):
     for site, conf in (policy.get("sites") or {}).items():
         if not isinstance(conf, dict):
@@ -177,10 +200,12 @@ def _validate_links(policy):
         for peer, link in (conf.get("links") or {}).items():
             path = "sites.%s.links.%s" % (site, peer)
             if not isinstance(link, dict):
-                raise PolicyError("policy.%s: expected {rtt_ms, bandwidth_gbps}" % path)
+                raise PolicyError("policy.%s: expected {rtt_ms, bandwidth_gbps, prefixes?}" % path)
             for key in link:
-                if key not in ("rtt_ms", "bandwidth_gbps"):
-                    raise PolicyError("policy.%s.%s: unknown key (known: bandwidth_gbps, rtt_ms)" % (path, key))
+                if key not in ("rtt_ms", "bandwidth_gbps", "prefixes"):
+                    raise PolicyError("policy.%s.%s: unknown key (known: bandwidth_gbps, prefixes, rtt_ms)"
+                                      % (path, key))
+            _validate_prefixes(path + ".prefixes", link.get("prefixes"))
             for key in ("rtt_ms", "bandwidth_gbps"):
                 value = link.get(key)
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:

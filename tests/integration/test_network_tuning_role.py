@@ -1,6 +1,7 @@
 """Role network_tuning inside a network namespace with a veth "fabric NIC": TCP settings for a 180 ms / 1 Gbit/s
-site link, MTU and offloads, global keys reported as "set on the host"; the audit then passes the network
-rules it owns; the second run changes nothing; the host's own settings are untouched."""
+site link, MTU and offloads of the NIC the policy names, all from the policy, global keys reported as "set on the
+host"; the audit then passes the network rules it owns; the second run changes nothing; the host's own settings
+are untouched."""
 
 from __future__ import annotations
 
@@ -73,9 +74,8 @@ def test_network_tuning_in_namespace(tmp_path, netns):
                 "ns": {
                     "ansible_connection": "local",
                     "ansible_python_interpreter": str(wrapper),
+                    # The NIC and its MTU come from the policy (network.interfaces, network.min_mtu).
                     "gpufleet_policy": POLICY,
-                    "network_tuning_interfaces": ["gv0"],
-                    "network_tuning_mtu": 9000,
                     "network_tuning_sysctl_file": str(tmp_path / "etc/sysctl.d/61-gpufleet-network.conf"),
                     "network_tuning_persist_method": "udev",
                     "network_tuning_udev_dir": str(tmp_path / "udev"),
@@ -119,6 +119,9 @@ def test_network_tuning_in_namespace(tmp_path, netns):
     sysctl_result = res.results["Long-haul TCP settings (NET-TCP-001, NET-TCP-002, NET-TCP-003, NET-TCP-004)"]
     assert "must be set on the host" in sysctl_result["not_settable"]["net.core.rmem_max"]
     assert 'ATTR{mtu}="9000"' in (tmp_path / "udev/60-gpufleet-gv0.rules").read_text()
+    assert res.results["Tell which role variables take the policy's place"]["ansible_facts"] == {
+        "network_tuning_policy_overrides": []
+    }
 
     _, changed, _ = run()
     assert changed == []

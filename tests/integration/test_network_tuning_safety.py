@@ -1,0 +1,299 @@
+"""Role network_tuning on real network namespaces (issue 12 §1 and §3): it takes its targets from the policy the audit
+judged, changes only the NICs the policy names (never the management NIC that carries the default route), one field
+per rule tag, and TCP settings only on hosts with long links; with network.congestion_control_scope: routes the
+long-haul peers' routes get `congctl bbr` and the host default stays.
+
+Each namespace is a "host": Ansible's local connection runs the modules with a Python started by `ip netns exec`.
+Only per-namespace settings change; the machine's own are compared before and after."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufleet.runner import run_playbook
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "inventories" / "example" / "group_vars"
+HOST_KEYS = ("tcp_rmem", "tcp_wmem", "tcp_congestion_control", "tcp_mtu_probing", "tcp_slow_start_after_idle")
+
+PLAY = """
+- name: Tune the network
+  hosts: all
+  gather_facts: false
+  roles:
+    - role: gpufleet.tuning.network_tuning
+      when: not (audit_only | default(false))
+  tasks:
+    - name: Audit with the same policy layers
+      gpufleet.tuning.audit:
+        policy: >-
+          {{ [gpufleet_policy | default({}), gpufleet_policy_group | default({}), gpufleet_policy_host | default({}),
+              gpufleet_policy_overrides | default({})] | gpufleet.tuning.effective_policy }}
+        gather: [network]
+      tags: [always]
+"""
+
+
+def ns_exec(ns: str, *cmd: str, check: bool = True) -> str:
+    return subprocess.run(["ip", "netns", "exec", ns, *cmd], check=check, capture_output=True, text=True).stdout
+
+
+def sysctl(ns: str, key: str) -> str:
+    return " ".join(ns_exec(ns, "cat", f"/proc/sys/net/ipv4/{key}").split())
+
+
+def nic(ns: str, name: str) -> dict:
+    mtu = int(ns_exec(ns, "cat", f"/sys/class/net/{name}/mtu"))
+    features = ns_exec(ns, "ethtool", "-k", name)
+    gro = next(line.split(":")[1].split()[0] for line in features.splitlines() if "generic-receive-offload" in line)
+    return {"mtu": mtu, "gro": gro}
+
+
+@pytest.fixture
+def host_sysctls():
+    before = {k: Path(f"/proc/sys/net/ipv4/{k}").read_text() for k in HOST_KEYS}
+    yield
+    assert {k: Path(f"/proc/sys/net/ipv4/{k}").read_text() for k in HOST_KEYS} == before
+
+
+@pytest.fixture
+def netns(host_sysctls):
+    """A host with a management NIC mg0 (10.9.0.2/24, the default route via 10.9.0.1) and a data NIC gv0, both at
+    MTU 1500 with GRO off; per-namespace TCP keys at stock values (slow start after idle on, no MTU probing)."""
+    if not shutil.which("ip") or not shutil.which("ethtool"):
+        pytest.skip("iproute2 and ethtool are needed (make test installs them)")
+    name = "gpfs-" + uuid.uuid4().hex[:8]
+    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
+        pytest.skip("ip netns add is not permitted here")
+    try:
+        for cmd in (
+            ["link", "add", "mg0", "type", "veth", "peer", "name", "mg1"],
+            ["link", "add", "gv0", "type", "veth", "peer", "name", "gv1"],
+            ["addr", "add", "10.9.0.2/24", "dev", "mg0"],
+            ["addr", "add", "10.10.0.2/24", "dev", "gv0"],
+        ):
+            subprocess.run(["ip", "-n", name, *cmd], check=True)
+        for dev in ("mg0", "mg1", "gv0", "gv1"):
+            subprocess.run(["ip", "-n", name, "link", "set", dev, "up"], check=True)
+        subprocess.run(["ip", "-n", name, "route", "add", "default", "via", "10.9.0.1", "dev", "mg0"], check=True)
+        for cmd in (
+            ["sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=1"],
+            ["sysctl", "-q", "-w", "net.ipv4.tcp_mtu_probing=0"],
+            # reno: allowed in every namespace (tcp_allowed_congestion_control), and not what the role sets.
+            ["sysctl", "-q", "-w", "net.ipv4.tcp_congestion_control=reno"],
+            ["ethtool", "-K", "mg0", "gro", "off"],
+            ["ethtool", "-K", "gv0", "gro", "off"],
+        ):
+            ns_exec(name, *cmd)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+
+
+class Host:
+    def __init__(self, tmp_path: Path, ns: str, host_vars: dict):
+        self.tmp, self.ns = tmp_path, ns
+        wrapper = tmp_path / "python-in-ns"
+        wrapper.write_text(f'#!/bin/sh\nexec ip netns exec {ns} {sys.executable} "$@"\n')
+        wrapper.chmod(0o755)
+        self.vars = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": str(wrapper),
+            "network_tuning_sysctl_file": str(tmp_path / "etc/sysctl.d/61-gpufleet-network.conf"),
+            "network_tuning_persist_method": "udev",
+            "network_tuning_udev_dir": str(tmp_path / "udev"),
+            "network_tuning_route_unit_dir": str(tmp_path / "systemd"),
+            "network_tuning_load_bbr": False,
+            **host_vars,
+        }
+        (tmp_path / "play.yml").write_text(PLAY)
+
+    def run(self, audit_only=False, tags=None, check=False):
+        (self.tmp / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"ns": self.vars}}}))
+        events = []
+        res = run_playbook(
+            str(self.tmp / "play.yml"),
+            str(self.tmp / "hosts.yml"),
+            extravars={"audit_only": audit_only},
+            on_event=events.append,
+            tags=tags,
+            check=check,
+        ).hosts["ns"]
+        assert res.status == "ok", res.message
+        oks = [e["event_data"] for e in events if e.get("event") == "runner_on_ok"]
+        items = [e["event_data"] for e in events if e.get("event") == "runner_item_on_ok"]
+        self.changed = sorted({d["task"] for d in oks if (d.get("res") or {}).get("changed")})
+        self.actions = [d.get("resolved_action") or d.get("task_action") for d in oks + items]
+        self.invocations = {
+            d["res"]["item"]["name"]: d["res"]["invocation"]["module_args"]
+            for d in items
+            if (d.get("res") or {}).get("invocation") and isinstance(d["res"].get("item"), dict)
+        }
+        self.findings = {f["rule"]: f for f in res.results["Audit with the same policy layers"]["findings"]}
+        self.res = res
+        return self
+
+    def status(self, rule):
+        return self.findings[rule]["status"]
+
+
+LONG_LINK = {"site": "sg", "sites": {"sg": {"links": {"fra": {"rtt_ms": 180, "bandwidth_gbps": 1}}}}}
+
+
+def test_only_the_named_data_nic_changes(tmp_path, netns):
+    """network.interfaces null: no NIC is read or changed (the old role took every physical NIC, the uplink
+    included). Named [gv0] in the policy: gv0 is raised to network.min_mtu with GRO on, from the policy alone (the old
+    role read neither network.interfaces nor min_mtu); mg0, which carries the default route, is untouched."""
+    host = Host(tmp_path, netns, {"gpufleet_policy": {"network": {"min_mtu": 9000}}})
+    host.run()
+    assert not any(a and a.endswith(("nic_info", "nic_settings")) for a in host.actions), host.actions
+    assert nic(netns, "mg0") == {"mtu": 1500, "gro": "off"} and nic(netns, "gv0") == {"mtu": 1500, "gro": "off"}
+    assert not (tmp_path / "udev").exists()
+    assert "No NIC is named" in host.res.results["Say that no NIC is named, so NIC settings are left alone"]["msg"]
+
+    host.vars["gpufleet_policy_host"] = {"network": {"interfaces": ["gv0"]}}
+    host.run()
+    assert nic(netns, "gv0") == {"mtu": 9000, "gro": "on"}
+    assert nic(netns, "mg0") == {"mtu": 1500, "gro": "off"}
+    assert sorted(host.invocations) == ["gv0"]
+    assert host.invocations["gv0"]["allow_uplink"] is True  # named: the operator's consent, should it be an uplink
+    assert host.invocations["gv0"]["rings"] is None  # NET-RING-001 is opt-in
+    assert sorted(p.name for p in (tmp_path / "udev").iterdir()) == ["60-gpufleet-gv0.rules"]
+    assert host.status("NET-MTU-001") == "pass" and host.status("NET-OFFL-001") == "pass"
+    assert host.run().changed == []
+
+
+def test_tags_select_one_nic_field(tmp_path, netns):
+    """--tags NET-MTU-001 changes the MTU and nothing else: GRO stays off and no ring size reaches nic_settings even
+    with NET-RING-001 turned on (the old role's one task set offloads and rings whatever the tag). The persistence
+    file keeps what is already at its target, so a later full run completes it."""
+    host = Host(
+        tmp_path,
+        netns,
+        {
+            "gpufleet_policy": {"network": {"min_mtu": 9000, "interfaces": ["gv0"]}},
+            "network_tuning_net_ring_001_enabled": True,
+        },
+    )
+    host.run(tags="NET-MTU-001")
+    assert nic(netns, "gv0") == {"mtu": 9000, "gro": "off"}
+    args = host.invocations["gv0"]
+    assert args["mtu"] == 9000 and args["rings"] is None
+    assert "generic-receive-offload" not in (args["offloads"] or {})
+    rule = (tmp_path / "udev/60-gpufleet-gv0.rules").read_text()
+    assert 'ATTR{mtu}="9000"' in rule and " gro " not in rule
+
+    host.run(tags="NET-OFFL-001")
+    assert nic(netns, "gv0") == {"mtu": 9000, "gro": "on"}
+    assert host.invocations["gv0"]["rings"] is None
+    assert " gro on" in (tmp_path / "udev/60-gpufleet-gv0.rules").read_text()
+    assert host.run().changed == []
+
+
+def test_no_long_link_no_tcp_change(tmp_path, netns):
+    """A host whose site has no long-haul link gets no TCP change: no drop-in, every per-namespace key as it was
+    (the old role set BBR, MTU probing and slow start after idle on every host). A short link (10 ms) sizes buffers
+    only (NET-TCP-001 judges it) and still leaves congestion control, MTU probing and slow start alone."""
+    stock = {k: sysctl(netns, k) for k in HOST_KEYS}
+    host = Host(tmp_path, netns, {"gpufleet_policy": {"site": "sg"}})
+    host.run()
+    assert {k: sysctl(netns, k) for k in HOST_KEYS} == stock
+    assert not (tmp_path / "etc").exists()
+    assert {host.status(r) for r in ("NET-TCP-001", "NET-TCP-002", "NET-TCP-003", "NET-TCP-004")} == {"skip"}
+
+    host.vars["gpufleet_policy"] = {
+        "site": "sg",
+        "sites": {"sg": {"links": {"fra": {"rtt_ms": 10, "bandwidth_gbps": 1}}}},
+    }
+    host.run()
+    after = {k: sysctl(netns, k) for k in HOST_KEYS}
+    for key in ("tcp_congestion_control", "tcp_mtu_probing", "tcp_slow_start_after_idle"):
+        assert after[key] == stock[key], key
+    text = (tmp_path / "etc/sysctl.d/61-gpufleet-network.conf").read_text()
+    assert "tcp_congestion_control" not in text and "mtu_probing" not in text and "slow_start" not in text
+    assert "default_qdisc" not in text
+    assert host.status("NET-TCP-001") == "pass"
+
+
+def test_example_inventory_layers(tmp_path, netns):
+    """The policy split as inventories/example splits it: links in gpufleet_policy (group_vars/all.yml), the site in
+    gpufleet_policy_group (group_vars/ap_southeast.yml), and a --policy file's gpufleet_policy_overrides. NET-TCP-001
+    asks for 4 x 220 ms x 1 Gbit/s = 110 MB (x 5 with the override: 137.5 MB) and the role writes exactly that; the
+    audit with the same layers passes. The old role read gpufleet_policy alone: no site, no links, no buffers."""
+    layers = {
+        "gpufleet_policy": yaml.safe_load((EXAMPLE / "all.yml").read_text())["gpufleet_policy"],
+        "gpufleet_policy_group": yaml.safe_load((EXAMPLE / "ap_southeast.yml").read_text())["gpufleet_policy_group"],
+    }
+    host = Host(tmp_path, netns, layers)
+    assert host.run(audit_only=True).status("NET-TCP-001") == "fail"
+    host.run()
+    assert sysctl(netns, "tcp_rmem") == "4096 131072 110000000"
+    assert host.status("NET-TCP-001") == "pass"
+    assert (
+        host.res.results["Tell which role variables take the policy's place"]["ansible_facts"][
+            "network_tuning_policy_overrides"
+        ]
+        == []
+    )
+
+    host.vars["gpufleet_policy_overrides"] = {"network": {"buffer_factor": 5}}
+    assert host.run(audit_only=True).status("NET-TCP-001") == "fail"
+    host.run()
+    assert sysctl(netns, "tcp_rmem") == "4096 131072 137500000" == sysctl(netns, "tcp_rmem")
+    assert host.status("NET-TCP-001") == "pass"
+
+    # A role variable set by the user wins, and the role says so.
+    host.vars["network_tuning_buffer_bytes"] = 150000000
+    host.run()
+    assert sysctl(netns, "tcp_wmem") == "4096 16384 150000000"
+    overrides = host.res.results["Tell which role variables take the policy's place"]["ansible_facts"][
+        "network_tuning_policy_overrides"
+    ]
+    assert [(o["variable"], o["value"], o["policy_value"]) for o in overrides] == [
+        ("network_tuning_buffer_bytes", 150000000, 137500000)
+    ]
+
+
+def test_per_route_congestion_control(tmp_path, netns):
+    """network.congestion_control_scope: routes. The route to the long-haul peer's prefix (reached through the
+    default route) gets its own route with the same gateway and device plus `congctl bbr`; the namespace's default
+    stays reno; the drop-in has no tcp_congestion_control; a boot unit replays the route, enabled by its .wants link.
+    Check mode predicts it and changes nothing; a second run changes nothing. The old role set the host default."""
+    policy = {
+        "site": "sg",
+        "sites": {"sg": {"links": {"fra": {"rtt_ms": 180, "bandwidth_gbps": 1, "prefixes": ["198.51.100.0/24"]}}}},
+        "network": {"congestion_control_scope": "routes"},
+    }
+    host = Host(tmp_path, netns, {"gpufleet_policy": policy})
+    routes_before = ns_exec(netns, "ip", "route", "show")
+    host.run(check=True)
+    assert "Per-route congestion control to the long-haul peers (NET-TCP-002)" in host.changed
+    assert ns_exec(netns, "ip", "route", "show") == routes_before and not (tmp_path / "systemd").exists()
+
+    host.run()
+    assert ns_exec(netns, "ip", "route", "show", "exact", "198.51.100.0/24").split() == [
+        "198.51.100.0/24",
+        "via",
+        "10.9.0.1",
+        "dev",
+        "mg0",
+        "congctl",
+        "bbr",
+    ]
+    assert "congctl" not in ns_exec(netns, "ip", "route", "show", "default")
+    assert sysctl(netns, "tcp_congestion_control") == "reno"
+    conf = (tmp_path / "etc/sysctl.d/61-gpufleet-network.conf").read_text()
+    assert "tcp_congestion_control" not in conf and "tcp_slow_start_after_idle = 0" in conf
+    unit = tmp_path / "systemd/gpufleet-route-congctl.service"
+    assert "ExecStart=" in unit.read_text() and "198.51.100.0/24 via 10.9.0.1 dev mg0 congctl bbr" in unit.read_text()
+    wants = tmp_path / "systemd/multi-user.target.wants/gpufleet-route-congctl.service"
+    assert wants.is_symlink() and wants.resolve() == unit.resolve()
+    assert host.run().changed == []
