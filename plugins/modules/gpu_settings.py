@@ -40,9 +40,9 @@ options:
     type: str
   power_limit_cap:
     description:
-      - A declared cap (watts like C(300), or C(NN%) of each GPU's default): a O(power_limit) that resolves above it
-        on any selected GPU fails before anything is written, naming the GPU and the cap. A cap below a GPU's minimum
-        limit counts as that minimum.
+      - A declared cap, in watts like C(300) or as C(NN%) of each GPU's default. A O(power_limit) that resolves above
+        it on any selected GPU fails before anything is written, naming the GPU and the cap. A cap below a GPU's
+        minimum limit counts as that minimum.
       - The M(gpufleet.tuning.gpu_runtime) role passes the policy's C(power.limit_w) or C(power.limit_pct) here.
     type: str
     version_added: "0.2.0"
@@ -55,7 +55,7 @@ options:
     version_added: "0.2.0"
   power_limit_at_least:
     description:
-      - O(power_limit) is a minimum: a GPU whose limit is already at or above it (and not above O(power_limit_cap))
+      - O(power_limit) is a minimum. A GPU whose limit is already at or above it (and not above O(power_limit_cap))
         keeps its limit, as the audit judges C(power.min_power_limit_pct).
     type: bool
     default: false

@@ -175,8 +175,8 @@ host:
         - C(devices) and C(irqs), how many were found; C(pinned), the vectors pinned by hand, each with C(irq),
           C(device) (interface name or GPU PCI address), C(cpus) (cpulist) and C(numa_node); C(driver_set), vectors
           whose narrow mask is the driver's own (equal to C(/proc/irq/<n>/affinity_hint)); C(unreadable).
-        - A vector is pinned by hand when its CPUs do not cover its device's NUMA node (C(numa_node) -1: every
-          online CPU). While irqbalance runs, narrow masks are usually its own work.
+        - A vector is pinned by hand when its CPUs do not cover its device's NUMA node (every online CPU when
+          C(numa_node) is -1). While irqbalance runs, narrow masks are usually its own work.
       type: dict
       sample:
         devices: 2
