@@ -13,8 +13,9 @@ module: route_congctl
 short_description: Per-route TCP congestion control to the long-haul peers' networks
 version_added: "0.2.0"
 description:
-  - Gives the routes to O(prefixes) a congestion control (C(ip route replace PREFIX ... congctl bbr), per-route
-    congestion control since Linux 4.0, kernel commit 81164413ad09 "net: tcp: add per route congestion control"),
+  - >-
+    Gives the routes to O(prefixes) a congestion control (C(ip route replace PREFIX ... congctl bbr), per-route
+    congestion control since Linux 4.0, kernel commit 81164413ad09 "net - tcp - add per route congestion control"),
     so connections to the long-haul peers use it while every other connection keeps the host's default
     (C(net.ipv4.tcp_congestion_control)). See ip-route(8), C(congctl).
   - A prefix that has a route of its own (same destination, main table) keeps its gateway, device, metric and source;
