@@ -220,7 +220,7 @@ def link_match_lines(nic_facts):
     return lines, how, note
 
 
-def link_file(name, match_lines, after, inherited=None, inherited_from=None, note=None):
+def link_file(name, match_lines, after, inherited=None, inherited_from=None, note=None, dropins=()):
     """systemd .link content. It never names the NIC itself: [Link] keys other than ours (NamePolicy=,
     MACAddressPolicy=, ...) are carried over from ``inherited_from``, the file that applies to the NIC today and
     that ours takes the place of, so the NIC keeps the name and MAC it gets now."""
@@ -230,6 +230,8 @@ def link_file(name, match_lines, after, inherited=None, inherited_from=None, not
     lines += ["[Match]"] + list(match_lines) + ["", "[Link]"]
     if inherited_from:
         lines.append("# Carried over from %s, which this file takes the place of for %s" % (inherited_from, name))
+        for dropin in dropins:
+            lines.append("# and from its drop-in %s" % dropin)
         lines.append("# (systemd.link(5): only the first matching .link file applies).")
     for key, value in inherited or []:
         if key not in OWN_LINK_KEYS:
@@ -326,10 +328,11 @@ MAC_KEYS = {"MACAddress": "mac", "PermanentMACAddress": "permanent_mac"}
 def link_match(match_pairs, facts):
     """("yes" | "no" | "maybe", [why]) for a [Match] section against one NIC.
 
-    ``facts``: name, mac, permanent_mac (None: the NIC has none; missing key: unknown), driver, path (udev ID_PATH,
-    None for a virtual NIC), type (networkctl's type: DEVTYPE, else "ether"...), properties (udev properties, or
-    None when the udev database cannot be read). A value that is not known, and a key this evaluator does not
-    know, give "maybe" with the reason."""
+    ``facts``: name (compared by OriginalName=; when ``renamed`` only "*" is sure to match), mac, permanent_mac
+    (None: the NIC has none; missing key: unknown), driver, path (udev ID_PATH, None for a virtual NIC), type
+    (networkctl's type: DEVTYPE, else "ether"...), properties (udev properties, or None when the udev database
+    cannot be read). A value that is not known, and a key this evaluator does not know, give "maybe" with the
+    reason."""
     if not match_pairs:
         # systemd >= 246: "No valid settings found in the [Match] section, ignoring file."
         return "no", ["empty [Match] section (systemd ignores the file)"]
@@ -337,6 +340,10 @@ def link_match(match_pairs, facts):
     for key, words in sorted(_match_lists(match_pairs).items()):
         if key in GLOB_KEYS:
             field = GLOB_KEYS[key]
+            if key == "OriginalName" and facts.get("renamed") and not (words and all(w == "*" for w in words)):
+                # udev compares the name the kernel gave; a renamed NIC's is not recorded anywhere we can read.
+                unknown.append("OriginalName= (%s was renamed; its kernel name is not known)" % facts.get("name"))
+                continue
             if field not in facts:
                 unknown.append("%s= (the NIC's %s is not known)" % (key, field))
                 continue
@@ -390,13 +397,35 @@ def link_files(fs, dirs):
     return out
 
 
+def link_sections(fs, dirs, base, text):
+    """(sections, drop-in paths) of one .link file merged with its drop-ins: systemd.link(5), "a drop-in directory
+    foo.link.d/ may exist. All files with the suffix .conf from this directory will be merged in the alphanumeric
+    order and parsed after the main file itself" (a drop-in name in a higher-priority directory hides the same
+    name in lower ones). Later assignments of a key win or append, as in systemd, so the pairs are kept in order."""
+    sections = parse_unit_file(text)
+    chosen = {}
+    for directory in dirs:
+        for path in fs.glob("%s/%s.d/*.conf" % (directory.rstrip("/"), base)):
+            chosen.setdefault(path.rsplit("/", 1)[-1], path)
+    used = []
+    for name in sorted(chosen):
+        extra = fs.read(chosen[name])
+        if not (extra or "").strip():
+            continue
+        used.append(chosen[name])
+        for section, pairs in parse_unit_file(extra).items():
+            sections.setdefault(section, []).extend(pairs)
+    return sections, used
+
+
 def link_neighbours(fs, dirs, ours, facts):
     """What the other .link files mean for our file ``ours`` (a file name) on this NIC:
     {"shadowed_by": path of the first earlier file that matches (ours is then a no-op) or None,
      "maybe": [(path, reasons)] earlier files that may match,
-     "replaces": (path, [Link] pairs) of the first later file that matches (ours takes its place) or None,
+     "replaces": (path, [Link] pairs with its drop-ins') of the first later file that matches (ours takes its
+     place) or None, "replaces_dropins": [paths],
      "replaces_maybe": [(path, reasons)] later files before it that may match}."""
-    out = {"shadowed_by": None, "maybe": [], "replaces": None, "replaces_maybe": []}
+    out = {"shadowed_by": None, "maybe": [], "replaces": None, "replaces_dropins": [], "replaces_maybe": []}
     for base, path in link_files(fs, dirs):
         if base == ours:
             continue
@@ -405,7 +434,7 @@ def link_neighbours(fs, dirs, ours, facts):
             # Our own old file for this NIC is removed by this run; others are judged like any file.
             if base == LEGACY_LINK_PREFIX + ours.replace(LINK_PREFIX, "", 1):
                 continue
-        sections = parse_unit_file(text)
+        sections, dropins = link_sections(fs, dirs, base, text)
         verdict, why = link_match(sections.get("Match", []), facts)
         if base < ours:
             if verdict == "yes" and out["shadowed_by"] is None:
@@ -415,6 +444,7 @@ def link_neighbours(fs, dirs, ours, facts):
         elif out["replaces"] is None:
             if verdict == "yes":
                 out["replaces"] = (path, sections.get("Link", []))
+                out["replaces_dropins"] = dropins
             elif verdict == "maybe":
                 out["replaces_maybe"].append((path, why))
     return out
@@ -446,6 +476,8 @@ def link_facts(fs, name, driver, bus_info, permanent_mac):
     the string "unknown"."""
     base = "/sys/class/net/%s" % name
     facts = {"name": name, "driver": driver}
+    # name_assign_type 4 (NET_NAME_RENAMED): userspace renamed it, OriginalName= sees another name.
+    facts["renamed"] = (fs.read(base + "/name_assign_type") or "").strip() == "4"
     facts["mac"] = (fs.read(base + "/address") or "").strip() or None
     if permanent_mac != "unknown":
         facts["permanent_mac"] = permanent_mac

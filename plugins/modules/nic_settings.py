@@ -150,25 +150,57 @@ unsupported:
   returned: always
   type: dict
 persisted:
-  description:
-    - C(method) (networkmanager, link, udev or none), C(path), and whether it C(changed).
-    - C(match) - for a C(.link) file, what it matches on, C(PermanentMACAddress) or C(OriginalName) (with
-      C(Driver=) in both cases); null otherwise.
-    - C(replaces) - the C(.link) file that applies to the NIC today and whose other C([Link]) settings (naming)
-      ours carries over; null when none matches.
-    - C(removed) - files removed (our C(60-gpufleet-<name>.link) of older releases).
+  description: How the settings are kept across reboots.
   returned: always
   type: dict
+  contains:
+    method:
+      description: networkmanager, link, udev or none.
+      type: str
+    path:
+      description: The file written (or that would be), null when none.
+      type: str
+    changed:
+      description: Whether the file changed (or would), including a removed file.
+      type: bool
+    match:
+      description:
+        - For a C(.link) file, what it matches the NIC on, C(PermanentMACAddress) or C(OriginalName) (with
+          C(Driver=) in both cases); null otherwise.
+      type: str
+    replaces:
+      description:
+        - The C(.link) file that applies to the NIC today and whose other C([Link]) settings (naming, with its
+          drop-ins) ours carries over; null when none matches.
+      type: str
+    removed:
+      description: Files removed (our C(60-gpufleet-<name>.link) of older releases).
+      type: list
+      elements: str
 uplink:
-  description:
-    - C(default_route) - the NIC, or a device stacked on it, carries an IPv4 or IPv6 default route.
-    - C(connection) - the NIC, or a device stacked on it, has the local address of the current SSH connection;
-      null when that cannot be told (no C(ip) to read IPv4 addresses).
-    - C(via) - the bond, bridge or VLAN above the NIC that carries it; null when the NIC itself does, or when it
-      is not an uplink.
+  description: Whether the NIC is on the path that reaches the host.
   returned: always (also when the module refuses the change)
   type: dict
   sample: {default_route: true, connection: false, via: bond0}
+  contains:
+    default_route:
+      description: The NIC, or a device stacked on it, carries an IPv4 or IPv6 default route.
+      type: bool
+    connection:
+      description:
+        - The NIC, or a device stacked on it, has the local address of the current SSH connection; null when
+          that cannot be told (no C(ip) to read IPv4 addresses).
+      type: bool
+    via:
+      description:
+        - The bond, bridge or VLAN above the NIC that carries it; null when the NIC itself does, or when it is
+          not an uplink.
+      type: str
+would_run:
+  description: When the uplink guard refuses the change, the commands that would have run (none did).
+  returned: on refusal
+  type: list
+  elements: str
 link_shadowed_by:
   description: An earlier-sorting C(.link) file that matches the NIC, so that ours changes nothing at boot; null
     when none (or when no C(.link) file is written).
@@ -336,10 +368,11 @@ def _link_plan(module, fs, name, current, settable, run, ethtool_bin):
             "%s may match %s (%s); its [Link] settings are not carried over into %s"
             % (path, name, "; ".join(why), ours)
         )
-    inherited, inherited_from = None, None
-    if near["replaces"]:
-        inherited_from, inherited = near["replaces"]
-    text = nic_settings.link_file(name, match_lines, settable, inherited, inherited_from, note)
+    inherited_from = near["replaces"][0] if near["replaces"] else None
+    inherited = near["replaces"][1] if near["replaces"] else None
+    text = nic_settings.link_file(
+        name, match_lines, settable, inherited, inherited_from, note, near["replaces_dropins"]
+    )
     extra = {"match": how, "replaces": inherited_from, "shadowed_by": near["shadowed_by"]}
     legacy = os.path.join(p["link_dir"], nic_settings.LEGACY_LINK_PREFIX + "%s.link" % name)
     old_legacy = fs.read(legacy)

@@ -200,6 +200,9 @@ def test_link_match_unknown_facts():
         ["Property= (the udev database has no entry for the NIC)"],
     )
     assert ns.link_match([("PermanentMACAddress", PERM["eth0"])], dict(facts, permanent_mac=None))[0] == "no"
+    renamed = dict(MEMBER, renamed=True)  # name_assign_type 4: the kernel's name is not known
+    assert ns.link_match([("OriginalName", "eth1")], renamed)[0] == "maybe"
+    assert ns.link_match([("OriginalName", "*")], renamed)[0] == "yes"
 
 
 def test_parse_unit_file():
@@ -227,7 +230,7 @@ def test_link_facts_from_sysfs_and_udev(tmp_path):
     fs = HostFS(str(bonded_root(tmp_path)))
     eth0 = _facts(fs, "eth0")
     assert eth0 == {
-        "name": "eth0", "driver": "mlx5_core", "mac": BOND_MAC, "permanent_mac": PERM["eth0"],
+        "name": "eth0", "renamed": False, "driver": "mlx5_core", "mac": BOND_MAC, "permanent_mac": PERM["eth0"],
         "path": "pci-0000:3b:00.0", "type": "ether",
         "properties": {"ID_BUS": "pci", "ID_NET_DRIVER": "mlx5_core"},
     }  # fmt: skip
@@ -314,6 +317,28 @@ def test_neighbours_shadow_replace_and_legacy(tmp_path):
     # No udev entry for eth1: whether the (earlier) USB file matches cannot be told: reported as "maybe".
     assert [p for p, _why in eth1["maybe"]] == ["/usr/lib/systemd/network/73-usb-net-by-mac.link"]
     assert eth1["replaces"][0] == "/usr/lib/systemd/network/99-default.link"
+
+
+def test_drop_ins_of_the_replaced_file_are_carried_over(tmp_path):
+    """99-default.link.d/*.conf (the way systemd's own file says to change it) is part of what ours replaces."""
+    _write(tmp_path / "usr/lib/systemd/network/99-default.link", DEFAULT_LINK)
+    _write(tmp_path / "etc/systemd/network/99-default.link.d/50-names.conf", "[Link]\nNamePolicy=path\n")
+    _write(tmp_path / "usr/lib/systemd/network/99-default.link.d/50-names.conf", "[Link]\nNamePolicy=mac\n")
+    _write(tmp_path / "run/systemd/network/99-default.link.d/10-match.conf", "[Match]\nDriver=ice\n")
+    fs = HostFS(str(tmp_path))
+    facts = {"name": "eth1", "driver": "ice", "mac": BOND_MAC, "permanent_mac": PERM["eth1"], "path": None}
+    near = ns.link_neighbours(fs, ns.LINK_DIRS, ns.link_file_name("eth1"), facts)
+    assert near["replaces"][1][-1] == ("NamePolicy", "path")  # /etc's drop-in hides /usr/lib's, applied last
+    assert near["replaces_dropins"] == [
+        "/run/systemd/network/99-default.link.d/10-match.conf",
+        "/etc/systemd/network/99-default.link.d/50-names.conf",
+    ]
+    text = ns.link_file("eth1", [], {"mtu": 9000}, near["replaces"][1], near["replaces"][0], None,
+                        near["replaces_dropins"])  # fmt: skip
+    assert text.index("NamePolicy=keep kernel") < text.index("NamePolicy=path\n")  # the later one wins in systemd
+    # A drop-in's [Match] narrows the file: with Driver=ice it no longer applies to an mlx5 NIC.
+    other = ns.link_neighbours(fs, ns.LINK_DIRS, ns.link_file_name("eth1"), dict(facts, driver="mlx5_core"))
+    assert other["replaces"] is None
 
 
 def test_naming_carried_over_from_the_replaced_file():
