@@ -7,6 +7,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+
 
 def resolve(policy, measure=None):
     """{"source": declared|measured|mixed|none, "site": ..., "peers": [{site, rtt_ms, bandwidth_gbps, source}]}.
@@ -35,3 +37,55 @@ def resolve(policy, measure=None):
     sources = {p["source"] for p in by_site.values()}
     source = "none" if not sources else sources.pop() if len(sources) == 1 else "mixed"
     return {"source": source, "site": site, "peers": [by_site[k] for k in sorted(by_site)], "errors": errors}
+
+
+def classify(policy, resolved):
+    """(long, sized, prefixes) as the network rules judge a host's links (rules._links, rules._long_links).
+
+    ``long``: links with rtt_ms >= network.long_link_rtt_ms (NET-TCP-002..004), each with the ``prefixes`` the
+    policy declares for that peer (sites.SITE.links.PEER.prefixes); ``sized``: links with a bandwidth (NET-TCP-001);
+    ``prefixes``: those of the long links, deduplicated, in order.
+    """
+    threshold = policy["network"]["long_link_rtt_ms"]
+    declared = ((policy.get("sites") or {}).get(policy.get("site")) or {}).get("links") or {}
+    usable = [dict(p) for p in (resolved or {}).get("peers") or [] if p.get("rtt_ms")]
+    for peer in usable:
+        peer["prefixes"] = list((declared.get(peer.get("site")) or {}).get("prefixes") or [])
+    long_links = [p for p in usable if p["rtt_ms"] >= threshold]
+    sized = [p for p in usable if p.get("bandwidth_gbps")]
+    prefixes = []
+    for peer in long_links:
+        for prefix in peer["prefixes"]:
+            if prefix not in prefixes:
+                prefixes.append(prefix)
+    return long_links, sized, prefixes
+
+
+def route_congctl_of(route):
+    """The congestion control of a route from `ip -j route` (iproute2 prints it as congestion or congctl), or None."""
+    for metric in route.get("metrics") or []:
+        if isinstance(metric, dict):
+            for key in ("congestion", "congctl"):
+                if metric.get(key):
+                    return str(metric[key]).split()[-1]  # "lock bbr" -> "bbr"
+    return None
+
+
+def read_route_congctl(run, prefixes):
+    """{prefix: congestion control of the main table's own route to it, or None} (`ip -j route show exact`).
+
+    ``run(argv) -> (rc, stdout, stderr)``. A prefix without a route of its own, or whose route cannot be read, maps
+    to None (its connections follow a wider route, which has no per-route congestion control for it).
+    """
+    out = {}
+    for prefix in prefixes or []:
+        family = "-6" if ":" in prefix else "-4"
+        rc, stdout, _stderr = run(["ip", "-j", family, "route", "show", "exact", prefix])
+        routes = None
+        if rc == 0:
+            try:
+                routes = json.loads(stdout or "[]")
+            except ValueError:
+                routes = None
+        out[prefix] = route_congctl_of(routes[0]) if routes and isinstance(routes[0], dict) else None
+    return out

@@ -16,7 +16,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
+from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders, links
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import AREAS, SEVERITIES
 
 STATUSES = ("pass", "fail", "warn", "skip", "error")
@@ -455,6 +455,8 @@ def check_congestion_control(facts, pol):
     available = tcp.get("available_congestion_control") or []
     observed = {"congestion_control": current, "available": available,
                 "longest_rtt_ms": max(p["rtt_ms"] for p in long_links)}
+    if pol["network"].get("congestion_control_scope") == "routes":
+        return _check_route_congctl(facts, pol, observed, wanted)
     if current == wanted:
         return result("pass", observed, wanted, "%s is in use" % wanted)
     if wanted in available:
@@ -463,6 +465,27 @@ def check_congestion_control(facts, pol):
                       % (current, observed["longest_rtt_ms"], wanted))
     return result("warn", observed, wanted,
                   "%s on long links and the kernel does not offer %s (load tcp_%s)" % (current, wanted, wanted))
+
+
+def _check_route_congctl(facts, pol, observed, wanted):
+    """Scope routes: the routes to the long-haul peers' prefixes carry the congestion control (ip-route(8) congctl);
+    the host default is the owner's."""
+    prefixes = links.classify(pol, facts.get("links"))[2]
+    routes = _net(facts, "routes")
+    observed = dict(observed, scope="routes", routes=routes)
+    expected = {"congctl": wanted, "prefixes": prefixes}
+    if not prefixes:
+        return result("fail", observed, expected,
+                      "congestion_control_scope is routes but no prefix is declared for the long links "
+                      "(sites.SITE.links.PEER.prefixes)")
+    if routes is None:
+        return skip("routes not read")
+    missing = [p for p in prefixes if routes.get(p) != wanted]
+    if not missing:
+        return result("pass", observed, expected, "%s on the routes to %s" % (wanted, ", ".join(prefixes)))
+    status = "fail" if wanted in observed["available"] else "warn"
+    why = "" if status == "fail" else " (the kernel does not offer it: load tcp_%s)" % wanted
+    return result(status, observed, expected, "routes to %s do not use %s%s" % (", ".join(missing), wanted, why))
 
 
 def check_mtu_probing(facts, pol):

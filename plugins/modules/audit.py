@@ -262,6 +262,9 @@ def main():
 
     link_facts = links.resolve(policy, measure=lambda peers: nic.measure_rtt(peers, timeout=params["peer_timeout"]))
     facts["links"] = link_facts
+    if facts["network"] is not None and policy["network"]["congestion_control_scope"] == "routes":
+        # network.congestion_control_scope: routes - NET-TCP-002 judges the routes to the long-haul peers' prefixes.
+        facts["network"]["routes"] = links.read_route_congctl(run, links.classify(policy, link_facts)[2])
     findings = rules.evaluate(facts, policy)
     del facts["links"]
 

@@ -87,23 +87,6 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import links, nic,
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, validate
 
 
-def classify(policy, resolved):
-    """(long, sized, prefixes) by the rules' own tests (rules._links, rules._long_links)."""
-    threshold = policy["network"]["long_link_rtt_ms"]
-    declared = ((policy.get("sites") or {}).get(policy.get("site")) or {}).get("links") or {}
-    usable = [dict(p) for p in resolved["peers"] if p.get("rtt_ms")]
-    for peer in usable:
-        peer["prefixes"] = list((declared.get(peer["site"]) or {}).get("prefixes") or [])
-    long_links = [p for p in usable if p["rtt_ms"] >= threshold]
-    sized = [p for p in usable if p.get("bandwidth_gbps")]
-    prefixes = []
-    for peer in long_links:
-        for prefix in peer["prefixes"]:
-            if prefix not in prefixes:
-                prefixes.append(prefix)
-    return long_links, sized, prefixes
-
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -120,7 +103,7 @@ def main():
     if not 0 < params["peer_timeout"] <= 60:
         module.fail_json(msg="peer_timeout: must be > 0 and <= 60, got %s" % params["peer_timeout"])
     resolved = links.resolve(policy, measure=lambda peers: nic.measure_rtt(peers, timeout=params["peer_timeout"]))
-    long_links, sized, prefixes = classify(policy, resolved)
+    long_links, sized, prefixes = links.classify(policy, resolved)
     module.exit_json(
         changed=False,
         links=resolved,

@@ -104,21 +104,11 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback
+from ansible_collections.gpufleet.tuning.plugins.module_utils import links, rollback
 from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 
 UNIT_NAME = "gpufleet-route-congctl.service"
 _CC = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
-
-
-def route_congctl(route):
-    """The congestion control of a route from `ip -j route` (iproute2 prints it as congestion or congctl)."""
-    for metric in route.get("metrics") or []:
-        if isinstance(metric, dict):
-            for key in ("congestion", "congctl"):
-                if metric.get(key):
-                    return str(metric[key]).split()[-1]  # "lock bbr" -> "bbr"
-    return None
 
 
 def replace_argv(prefix, route, congestion_control):
@@ -220,7 +210,7 @@ def main():
                 continue
             route = dict(got[0])
             route.pop("prefsrc", None)  # the source the kernel picks; keep it unpinned
-        before = route_congctl(route)
+        before = links.route_congctl_of(route)
         argv = replace_argv(prefix, route, cc)
         argvs.append(argv)
         routes.append(

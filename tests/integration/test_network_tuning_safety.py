@@ -266,7 +266,8 @@ def test_per_route_congestion_control(tmp_path, netns):
     """network.congestion_control_scope: routes. The route to the long-haul peer's prefix (reached through the
     default route) gets its own route with the same gateway and device plus `congctl bbr`; the namespace's default
     stays reno; the drop-in has no tcp_congestion_control; a boot unit replays the route, enabled by its .wants link.
-    Check mode predicts it and changes nothing; a second run changes nothing. The old role set the host default."""
+    The audit judges NET-TCP-002 on the route: fail before, pass after. Check mode predicts it and changes nothing; a
+    second run changes nothing. The old role set the host default (and the old audit judged only the default)."""
     policy = {
         "site": "sg",
         "sites": {"sg": {"links": {"fra": {"rtt_ms": 180, "bandwidth_gbps": 1, "prefixes": ["198.51.100.0/24"]}}}},
@@ -274,6 +275,8 @@ def test_per_route_congestion_control(tmp_path, netns):
     }
     host = Host(tmp_path, netns, {"gpufleet_policy": policy})
     routes_before = ns_exec(netns, "ip", "route", "show")
+    finding = host.run(audit_only=True).findings["NET-TCP-002"]
+    assert finding["status"] == "fail" and "198.51.100.0/24" in finding["message"]  # the audit reads the routes
     host.run(check=True)
     assert "Per-route congestion control to the long-haul peers (NET-TCP-002)" in host.changed
     assert ns_exec(netns, "ip", "route", "show") == routes_before and not (tmp_path / "systemd").exists()
@@ -296,4 +299,5 @@ def test_per_route_congestion_control(tmp_path, netns):
     assert "ExecStart=" in unit.read_text() and "198.51.100.0/24 via 10.9.0.1 dev mg0 congctl bbr" in unit.read_text()
     wants = tmp_path / "systemd/multi-user.target.wants/gpufleet-route-congctl.service"
     assert wants.is_symlink() and wants.resolve() == unit.resolve()
+    assert host.status("NET-TCP-002") == "pass"  # judged on the route, the default (reno) is the owner's
     assert host.run().changed == []

@@ -10,7 +10,7 @@ from ansible_collections.gpufleet.tuning.plugins.filter.nic_targets import nic_t
 from ansible_collections.gpufleet.tuning.plugins.filter.tcp_buffer_bytes import tcp_buffer_bytes
 from ansible_collections.gpufleet.tuning.plugins.module_utils import links, rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, validate
-from ansible_collections.gpufleet.tuning.plugins.modules import links_info, route_congctl
+from ansible_collections.gpufleet.tuning.plugins.modules import route_congctl
 
 POLICY = {
     "site": "sg",
@@ -29,7 +29,7 @@ POLICY = {
 def test_links_classified_as_the_rules_judge_them():
     policy = validate(POLICY)
     resolved = links.resolve(policy)
-    long_links, sized, prefixes = links_info.classify(policy, resolved)
+    long_links, sized, prefixes = links.classify(policy, resolved)
     facts = {"links": resolved}
     assert [p["site"] for p in long_links] == [p["site"] for p in rules._long_links(facts, policy)] == ["fra", "iad"]
     assert [p["site"] for p in sized] == ["fra", "hk", "iad"]
@@ -44,7 +44,7 @@ def test_links_classified_as_the_rules_judge_them():
 
 def test_no_links_nothing_long():
     policy = validate({"site": "sg"})
-    assert links_info.classify(policy, links.resolve(policy)) == ([], [], [])
+    assert links.classify(policy, links.resolve(policy)) == ([], [], [])
 
 
 @pytest.mark.parametrize(
@@ -119,9 +119,9 @@ def test_nic_targets_mtu_never_lowered_by_policy():
 
 def test_route_commands_keep_the_path():
     route = {"dst": "198.51.100.0/24", "gateway": "10.9.0.1", "dev": "mg0", "metric": 100, "metrics": []}
-    assert route_congctl.route_congctl(route) is None
-    assert route_congctl.route_congctl({"metrics": [{"congestion": "bbr"}]}) == "bbr"
-    assert route_congctl.route_congctl({"metrics": [{"congctl": "lock cubic"}]}) == "cubic"
+    assert links.route_congctl_of(route) is None
+    assert links.route_congctl_of({"metrics": [{"congestion": "bbr"}]}) == "bbr"
+    assert links.route_congctl_of({"metrics": [{"congctl": "lock cubic"}]}) == "cubic"
     argv = route_congctl.replace_argv("198.51.100.0/24", route, "bbr")
     assert argv == [
         "route",

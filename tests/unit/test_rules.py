@@ -239,6 +239,30 @@ def test_bbr_unavailable_is_a_warning():
     assert _evaluate(facts)["NET-TCP-002"]["status"] == "warn"
 
 
+def test_congestion_control_per_route():
+    """network.congestion_control_scope: routes judges the routes to the long-haul peers' prefixes, not the host
+    default (which stays the owner's: cubic here)."""
+    link = {"rtt_ms": 180, "bandwidth_gbps": 1, "prefixes": ["198.51.100.0/24", "2001:db8:100::/48"]}
+    scope = {
+        "site": "ap",
+        "sites": {"ap": {"links": {"eu_west": link}}},
+        "network": {"congestion_control_scope": "routes"},
+    }
+    facts = healthy()
+    tcp(facts).update(congestion_control="cubic")
+    facts["network"]["routes"] = {"198.51.100.0/24": "bbr", "2001:db8:100::/48": "bbr"}
+    assert _evaluate(facts, scope)["NET-TCP-002"]["status"] == "pass"
+    assert _evaluate(facts)["NET-TCP-002"]["status"] == "fail"  # scope host: the default is judged
+    facts["network"]["routes"]["2001:db8:100::/48"] = None
+    finding = _evaluate(facts, scope)["NET-TCP-002"]
+    assert finding["status"] == "fail" and "2001:db8:100::/48" in finding["message"]
+    del facts["network"]["routes"]
+    assert _evaluate(facts, scope)["NET-TCP-002"]["status"] == "skip"
+    del link["prefixes"]
+    finding = _evaluate(facts, scope)["NET-TCP-002"]
+    assert finding["status"] == "fail" and "no prefix is declared" in finding["message"]
+
+
 def test_tcp_buffer_threshold_is_four_bdp():
     facts = healthy()  # 180 ms x 1 Gbit/s -> BDP 22.5 MB, 4x = 90 MB
     tcp(facts).update(rmem=[4096, 131072, 90_000_000], wmem=[4096, 16384, 90_000_000])
