@@ -267,6 +267,18 @@ def secure_boot_verdict(enabled, key_enrolled=None, signer=None, enrolled_text=N
     return True, "Secure Boot is on; DKMS's signing key is enrolled"
 
 
+def module_users(refcounts):
+    """Reasons from the modules' reference counts ({name: refcnt} of /sys/module/<name>/refcnt): nvidia_drm is
+    used by a display server or another DRM client through /dev/dri, which the /dev/nvidia* scan does not see."""
+    drm = refcounts.get("nvidia_drm")
+    if drm:
+        return [
+            "nvidia_drm is in use (refcount %d: a display server or another DRM client): the modules cannot be "
+            "unloaded" % drm
+        ]
+    return []
+
+
 def in_use(processes, holders):
     """Why the GPUs are in use (a list of reasons; empty: not in use). ``processes``: NVML compute processes
     [{'gpu', 'pid'}] (None: NVML could not tell). ``holders``: [{'pid', 'comm', 'path'}] of /dev/nvidia*; the
@@ -367,6 +379,16 @@ def plan_change(
         "GPU jobs (drain the node) or allow a reboot (nvidia_driver_reboot_ok), then run again."
         % (what, loaded, "; ".join(blockers)),
     }
+
+
+def module_refcounts(fs):
+    """{name: refcnt} of the driver's loaded modules."""
+    out = {}
+    for name in loaded_modules(fs):
+        text = (fs.read("/sys/module/%s/refcnt" % name) or "").strip()
+        if text.isdigit():
+            out[name] = int(text)
+    return out
 
 
 def loaded_modules(fs):

@@ -25,9 +25,10 @@ description:
     C(mokutil --sb-state)) with whether DKMS's signing key is enrolled (C(mokutil --test-key)) and, when given
     C(kernel), who signed the built module (C(modinfo -F signer)).
   - With C(target_version) (or C(change)), C(plan) says how the change may run - V(none), V(install) (no mismatch
-    possible), V(reload) (nothing uses the GPUs: reload the modules after installing), V(reboot) (C(reboot_ok)) or
-    V(blocked) with the reasons in C(plan.blockers). A new user-space driver under an old loaded module makes every
-    new CUDA/NVML process fail with "Driver/library version mismatch" until a reload or reboot.
+    possible), V(reload) (nothing uses the GPUs, so the modules are reloaded after installing), V(reboot)
+    (C(reboot_ok)) or V(blocked) with the reasons in C(plan.blockers). A new user-space driver under an old
+    loaded module makes every new CUDA/NVML process fail with "Driver/library version mismatch" until a reload or
+    reboot.
 author:
   - gpufleet team (!UNKNOWN)
 options:
@@ -192,7 +193,7 @@ def pci_gpus(fs):
 
 def run(module, argv):
     """stdout+stderr of a read-only command, or None when it is not installed."""
-    binary = module.get_bin_path(argv[0], opt_dirs=["/usr/sbin", "/sbin", "/usr/bin", "/bin"])
+    binary = module.get_bin_path(argv[0])
     if not binary:
         return None
     rc, out, err = module.run_command([binary] + argv[1:], environ_update={"LC_ALL": "C", "LANG": "C"})
@@ -274,7 +275,7 @@ def main():
             for proc in g.get("processes") or []:
                 processes.append({"gpu": g.get("index"), "pid": proc.get("pid")})
     holders = nd.device_holders(fs)
-    busy = nd.in_use(processes, holders)
+    busy = nd.in_use(processes, holders) + nd.module_users(nd.module_refcounts(fs))
     sb = secure_boot(module, fs, local, p["dkms_key"], p["kernel"])
 
     plan = None

@@ -19,7 +19,7 @@ description:
   - Checks again, right before unloading, that no compute process runs (NVML) and that no process holds
     C(/dev/nvidia*) open (the driver's own daemons excepted); fails without touching anything otherwise.
   - Stops the C(services) that are running (they hold the device files), unloads the driver's modules
-    (C(modprobe -r); dependants first: nvidia_peermem, nvidia_uvm, nvidia_drm, nvidia_modeset, nvidia), loads them
+    (C(modprobe -r), dependants first - nvidia_peermem, nvidia_uvm, nvidia_drm, nvidia_modeset, nvidia), loads them
     again (C(modprobe)), starts the services again, and fails unless the loaded module is then C(version).
 author:
   - gpufleet team (!UNKNOWN)
@@ -104,7 +104,8 @@ def loaded_version(module, fs):
 
 
 def tool(module, name):
-    return module.get_bin_path(name, required=True, opt_dirs=["/usr/sbin", "/sbin", "/usr/bin", "/bin"])
+    # PATH first, then the sbin directories get_bin_path adds.
+    return module.get_bin_path(name, required=True)
 
 
 def main():
@@ -141,7 +142,7 @@ def main():
         processes = [
             {"gpu": g.get("index"), "pid": p.get("pid")} for g in facts["gpus"] for p in g.get("processes") or []
         ]
-    busy = nd.in_use(processes, nd.device_holders(fs))
+    busy = nd.in_use(processes, nd.device_holders(fs)) + nd.module_users(nd.module_refcounts(fs))
     if busy:
         module.fail_json(
             msg="refusing to unload the nvidia modules: the GPUs are in use: %s" % "; ".join(busy), **result

@@ -106,6 +106,18 @@ def test_holders_are_named():
     assert nd.in_use(None, holders) == ["/dev/nvidia* held open by pid 77 (python3: /dev/nvidia0, /dev/nvidiactl)"]
 
 
+def test_nvidia_drm_in_use_counts(tmp_path):
+    """A display server holds nvidia_drm through /dev/dri, which the /dev/nvidia* scan does not see."""
+    for name, refcnt in (("nvidia", "3"), ("nvidia_drm", "2"), ("nvidia_modeset", "1")):
+        (tmp_path / "sys" / "module" / name).mkdir(parents=True)
+        (tmp_path / "sys" / "module" / name / "refcnt").write_text(refcnt + "\n")
+    fs = HostFS(str(tmp_path))
+    assert nd.loaded_modules(fs) == ["nvidia_drm", "nvidia_modeset", "nvidia"]
+    reasons = nd.module_users(nd.module_refcounts(fs))
+    assert len(reasons) == 1 and reasons[0].startswith("nvidia_drm is in use (refcount 2")
+    assert nd.module_users({"nvidia": 3, "nvidia_drm": 0}) == []
+
+
 # ------------------------------------------------------------------------------------------ flavour
 
 
