@@ -421,6 +421,12 @@ def _persist_plan(module, fs, name, current, settable, run, ethtool_bin, ip_bin)
     return plan, warnings
 
 
+def _remove_legacy(path):
+    """Remove our own .link file of older releases (60-gpufleet-<name>.link: MACAddress= on the current MAC, which
+    bond members share, plus Name=). Removing a file is atomic; the content is recorded for rollback first."""
+    os.unlink(path)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -558,7 +564,7 @@ def main():
         )
         if not module.check_mode:
             rollback.record_for(module, [{"kind": "file", "path": persist["remove"], "content": old}])
-            os.unlink(persist["remove"])
+            _remove_legacy(persist["remove"])
     changed = changed or persist["changed"]
 
     diff = {
