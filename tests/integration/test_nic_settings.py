@@ -11,6 +11,8 @@ the place of (99-default.link) is carried over, and our old 60-gpufleet-*.link (
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -350,3 +352,82 @@ def test_naming_of_the_replaced_file_is_carried_over_and_old_file_removed(tmp_pa
     assert not [line for line in text.splitlines() if line.startswith("Name=")]
     again = _run(tmp_path, wrapper, {"mtu": 4000, "persist_method": "link"})
     assert again.results[TASK]["changed"] is False
+
+
+# --- our [Match] evaluator against systemd-udevd's own ------------------------------------------------------------
+
+UDEV_SCRIPT = r"""
+import json, subprocess, sys
+sys.path.insert(0, "/repo/.collections")
+from ansible_collections.gpufleet.tuning.plugins.module_utils import nic_settings as ns
+from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
+
+def sh(*argv):
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    return proc.stdout + proc.stderr
+for dev, peer in (("va0", "va1"), ("vb0", "vb1")):
+    sh("ip", "link", "add", dev, "type", "veth", "peer", "name", peer)
+    sh("ip", "link", "set", dev, "address", "02:00:00:00:aa:01")  # one current MAC, like bond members
+fs, d, out = HostFS("/"), "/etc/systemd/network", []
+subprocess.run(["mkdir", "-p", d])
+
+def applied(dev):
+    text = sh("udevadm", "test-builtin", "net_setup_link", "/sys/class/net/" + dev)
+    # "va0: Config file /etc/systemd/network/50-case.link is applied"
+    return [line.split("Config file ", 1)[1].split()[0] for line in text.splitlines()
+            if "Config file " in line and "appl" in line]
+
+for case in json.loads(sys.argv[1]):
+    with open(d + "/50-case.link", "w") as f:
+        f.write("[Match]\n" + "\n".join(case) + "\n\n[Link]\nMTUBytes=1400\n")
+    for dev in ("va0", "vb0"):
+        facts = ns.link_facts(fs, dev, "veth", None, None)
+        ours = ns.link_match(ns.parse_unit_file(open(d + "/50-case.link").read()).get("Match", []), facts)[0]
+        out.append({"case": case, "dev": dev, "systemd": applied(dev) == [d + "/50-case.link"], "ours": ours})
+subprocess.run(["rm", "-f", d + "/50-case.link"])
+facts = ns.link_facts(fs, "va0", "veth", None, None)
+with open(d + "/10-netplan-va0.link", "w") as f:
+    f.write("[Match]\nOriginalName=va0\n\n[Link]\nWakeOnLan=off\n")
+near = ns.link_neighbours(fs, ns.LINK_DIRS, ns.link_file_name("va0"), facts)
+out.append({"shadow": near["shadowed_by"], "systemd": applied("va0")})
+print(json.dumps(out))
+"""
+MATCH_CASES = [
+    ["MACAddress=02:00:00:00:aa:01"],
+    ["PermanentMACAddress=02:00:00:00:aa:01"],
+    ["OriginalName=!va*"],
+    ["OriginalName=v?0 zz"],
+    ["OriginalName=va*", "OriginalName=!va0"],
+    ["OriginalName=va0", "OriginalName=", "OriginalName=vb0"],
+    ["Driver=veth", "OriginalName=vb0"],
+    ["Driver=mlx5_core"],
+    ["Type=ether"],
+    ["Type=bond"],
+    ["Path=pci-*"],
+    ["Path=!pci-*"],
+]
+
+
+def test_match_evaluator_agrees_with_systemd_udevd(tmp_path):
+    """In a container of our own (own network namespace), systemd-udevd's `udevadm test-builtin net_setup_link`
+    says which .link file applies to two veths with one current MAC; our evaluator must say the same for each
+    [Match] case, and find the netplan-style file that systemd applies instead of ours. Needs an image with udev
+    (GPUFLEET_UDEV_IMAGE, default the lab's systemd image)."""
+    image = os.environ.get("GPUFLEET_UDEV_IMAGE", "localhost/gpufleet-debian12-systemd:current")
+    if not shutil.which("podman") or subprocess.run(["podman", "image", "exists", image]).returncode != 0:
+        pytest.skip(f"podman image {image} is not here")
+    if subprocess.run(["podman", "run", "--rm", "--network", "none", image, "sh", "-c", "command -v udevadm"],
+                      capture_output=True).returncode != 0:  # fmt: skip
+        pytest.skip(f"{image} has no udevadm (install udev in it, or set GPUFLEET_UDEV_IMAGE)")
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        ["podman", "run", "--rm", "--network", "none", "--cap-add", "NET_ADMIN", "-v", f"{repo}:/repo:ro", image,
+         "python3", "-c", UDEV_SCRIPT, json.dumps(MATCH_CASES)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    *cases, shadow = json.loads(proc.stdout)
+    assert len(cases) == 2 * len(MATCH_CASES)
+    disagree = [c for c in cases if c["ours"] != ("yes" if c["systemd"] else "no")]
+    assert not disagree, disagree
+    assert shadow["systemd"] == [shadow["shadow"]] == ["/etc/systemd/network/10-netplan-va0.link"]
