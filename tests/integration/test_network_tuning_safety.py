@@ -170,6 +170,15 @@ def test_only_the_named_data_nic_changes(tmp_path, netns):
     assert host.status("NET-MTU-001") == "pass" and host.status("NET-OFFL-001") == "pass"
     assert host.run().changed == []
 
+    # Naming the management NIC is the consent nic_settings' uplink guard needs; the role says what it did.
+    host.vars["gpufleet_policy_host"] = {"network": {"interfaces": ["gv0", "mg0"]}}
+    host.run()
+    assert nic(netns, "mg0") == {"mtu": 9000, "gro": "on"}
+    report = host.res.results["Report named NICs that are on the path to the host (changed because they are named)"]
+    assert report["msg"].startswith("On the path to this host") and report["msg"].endswith(
+        ": mg0. Remove a NIC from the list to leave it alone."
+    )
+
 
 def test_tags_select_one_nic_field(tmp_path, netns):
     """--tags NET-MTU-001 changes the MTU and nothing else: GRO stays off and no ring size reaches nic_settings even
