@@ -29,7 +29,14 @@ REAUDIT_PROOFS = {
         "tests/integration/test_demo_podman.py::test_remediation_leaves_only_what_it_cannot_fix",
     ],
     "HOST-CPU-003": ["tests/integration/test_host_tuning_role.py::test_host_tuning_fixes_its_rules"],
-    "NET-MTU-001": ["tests/integration/test_network_tuning_role.py::test_network_tuning_in_namespace"],
+    # irqbalance wanted but IRQs pinned by hand: the role leaves the service alone and the re-audit passes.
+    "HOST-CPU-004": [
+        "tests/integration/test_host_tuning_role.py::test_irqbalance_is_not_started_over_irqs_pinned_by_hand"
+    ],
+    "NET-MTU-001": [
+        "tests/integration/test_network_tuning_role.py::test_network_tuning_in_namespace",
+        "tests/integration/test_network_tuning_safety.py::test_only_the_named_data_nic_changes",
+    ],
     "NET-OFFL-001": ["tests/integration/test_network_tuning_role.py::test_network_tuning_in_namespace"],
     "NET-TCP-001": [
         "tests/integration/test_network_tuning_role.py::test_network_tuning_in_namespace",
@@ -44,6 +51,7 @@ REAUDIT_PROOFS = {
     ],
     "GPU-PWR-002": [
         "tests/integration/test_gpu_runtime_role.py::test_fix_idempotence_and_reboot",
+        "tests/integration/test_gpu_runtime_role.py::test_declared_cap_is_set_exactly",
         "tests/integration/test_demo_podman.py::test_remediation_leaves_only_what_it_cannot_fix",
     ],
     "GPU-ECC-002": ["tests/integration/test_demo_podman.py::test_remediation_leaves_only_what_it_cannot_fix"],
@@ -51,11 +59,6 @@ REAUDIT_PROOFS = {
 
 # rule id -> (why the lab cannot re-audit it, tests that prove the change the fix makes).
 NO_REAUDIT = {
-    "HOST-CPU-004": (
-        "irqbalance is a host service: the role manages it only on a real root (not in fixture trees "
-        "or containers, whose IRQs belong to the machine running the tests)",
-        ["tests/integration/test_host_tuning_role.py"],
-    ),
     "NET-RING-001": (
         "veth has no rings (ethtool -G: not supported); ring changes are opt-in and proven on recorded "
         "ethtool fixtures",
