@@ -26,6 +26,10 @@ ALLOWED = {
     ("plugins/modules/sysfs_settings.py", "main", "open"): "a /sys attribute: the kernel takes it whole",
     ("plugins/modules/rollback.py", "restore_value", "open"): "a /proc/sys or /sys value, as above",
     ("plugins/modules/rollback.py", "restore_file", "os.unlink"): "removes a file the run created: atomic",
+    ("plugins/modules/nic_settings.py", "_remove_legacy", "os.unlink"): (
+        "removes our own 60-gpufleet-<nic>.link of older releases (it renamed bond members), recorded for rollback "
+        "first: atomic"
+    ),
     ("plugins/module_utils/rollback.py", "record", "open"): "opens the empty flock file in append mode",
     ("plugins/module_utils/rollback.py", "record", "os.makedirs"): "creates the record directory",
     ("plugins/module_utils/lock.py", "acquire", "os.makedirs"): "creates the lock directory",
