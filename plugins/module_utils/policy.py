@@ -56,7 +56,9 @@ SPEC = {
                                 "NUMA locality check."),
     },
     "network": {
-        "interfaces": (None, "list", "NICs to audit; null means every physical NIC."),
+        "interfaces": (None, "list",
+                       "NICs to audit (null: every physical NIC) and the only NICs network_tuning changes (null: "
+                       "none; naming a NIC that carries the default route or the connection is consent to tune it)."),
         "min_mtu": (1500, "int", "Lowest acceptable MTU on physical NICs that are up (9000 for jumbo-frame fabrics)."),
         "ring_min_fraction": (0.5, "number", "Rings smaller than this fraction of the hardware maximum are too small."),
         "offloads": (["tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload",
