@@ -184,3 +184,23 @@ def test_other_branch(tmp_path, apt):
 def test_unknown_branch_chooses_nothing(tmp_path, apt):
     """The role then stops with 'no version of nvidia-driver-560 on branch 560 in the apt sources'."""
     assert _role(tmp_path, apt, nvidia_driver_branch="560")["driver"] == ""
+
+
+def test_branch_from_the_policy(tmp_path, apt):
+    """nvidia_driver_branch unset: the branch is the policy's software.driver_branch (what SW-DRV-001 checks)."""
+    choices = _role(tmp_path, apt, nvidia_driver_branch=None, gpufleet_policy={"software": {"driver_branch": 535}})
+    assert choices["driver"] == "535.183.01-1"
+    assert "Pin: version 535.*" in apt.pref.read_text()
+
+
+def test_role_variable_wins_over_the_policy(tmp_path, apt):
+    choices = _role(tmp_path, apt, nvidia_driver_branch="550", gpufleet_policy={"software": {"driver_branch": 535}})
+    assert choices["driver"] == "550.90.07-1"
+
+
+def test_installed_version_of_the_branch_is_kept_by_default(tmp_path, apt):
+    """nvidia_driver_upgrade defaults to false: a host on 550.54.15 stays there (install only what is missing)."""
+    installed = {"nvidia-driver-550": [{"name": "nvidia-driver-550", "version": "550.54.15-1", "source": "apt"}]}
+    assert _role(tmp_path, apt, __nvidia_driver_installed=installed)["driver"] == "550.54.15-1"
+    upgrade = _role(tmp_path, apt, __nvidia_driver_installed=installed, nvidia_driver_upgrade=True)
+    assert upgrade["driver"] == "550.90.07-1"
