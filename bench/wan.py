@@ -920,6 +920,15 @@ def coex_parse(stdout: str) -> dict[str, Any]:
     }
 
 
+def second_half(per_s: list[float] | None) -> float | None:
+    """Mean sending rate over the second half of a run (iperf3's 1 s intervals, sender side: what a flow holds
+    once start-up is over; it includes retransmissions)."""
+    if not per_s:
+        return None
+    half = per_s[len(per_s) // 2 :]
+    return round(sum(half) / len(half), 2)
+
+
 def coex_run(
     lab: Lab, case: str, loss: float, r: int, duration: int, local_mbit: float, mtu: int = 1500
 ) -> dict[str, Any]:
@@ -1108,6 +1117,7 @@ def summarise_coexist(args, cases, losses, runs) -> dict[str, Any]:
                     for k in ("mbps", "retransmits", "link_drops", "link_drop_pct")
                     if f != "local" or k in ("mbps", "retransmits")
                 }
+                flows[f]["sent_mbps_2nd_half"] = median([second_half(x.get("sent_mbps_per_s")) for x in ok])
                 flows[f]["cc"] = sorted({x["cc"] for x in ok if x.get("cc")})
                 flows[f]["ss_cc"] = sorted({c for x in ok for c in x.get("ss_cc", [])})
                 flows[f]["mbps_runs"] = [x["mbps"] for x in ok]
@@ -1169,7 +1179,8 @@ def print_coexist(result: dict[str, Any]) -> None:
     print(
         f"\nMbit/s per flow, medians of {p['runs']} runs of {p['duration_s']} s started together, RTT "
         f"{p['rtt_ms']:g} ms, {p['rate_mbit']:g} Mbit/s bottleneck with a {p['buffer_ms']:g} ms buffer; cc = what "
-        f"iperf3 and ss saw; drops = the flow's packets the link dropped (buffer + random loss):\n"
+        f"iperf3 and ss saw; 2nd half = its sending rate over the second half of the run; drops = the flow's "
+        f"packets the link dropped (buffer + random loss):\n"
     )
     print(
         "| loss | case | A: tuned long-haul | B: stock neighbour | own: other traffic | local cc | link total | "
@@ -1185,7 +1196,8 @@ def print_coexist(result: dict[str, Any]) -> None:
             x = fl[f]
             cc = "/".join(sorted(set(x["cc"]) | set(x["ss_cc"])))
             return (
-                f"{fmt(x['mbps'])} ({cc}; retr {fmt_count(x['retransmits'])}, drops {fmt_count(x.get('link_drops'))})"
+                f"{fmt(x['mbps'])} ({cc}; 2nd half {fmt(x.get('sent_mbps_2nd_half'))}; retr "
+                f"{fmt_count(x['retransmits'])}, drops {fmt_count(x.get('link_drops'))})"
             )
 
         local = "/".join(fl["local"]["ss_cc"] or fl["local"]["cc"]) if "local" in fl else "–"
