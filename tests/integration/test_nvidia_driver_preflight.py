@@ -1,4 +1,5 @@
-"""Module nvidia_driver_preflight through real Ansible, unmodified pynvml and the simulated libnvidia-ml.so.1.
+"""Modules nvidia_driver_preflight and nvidia_driver_reload (check mode) through real Ansible, unmodified pynvml
+and the simulated libnvidia-ml.so.1.
 
 The host files it reads (/proc/<pid>/fd, /sys/bus/pci/devices, the Secure Boot EFI variable) come from a tree
 under tmp_path (option `root`); NVML is the simulated library with a state file per case.
@@ -21,6 +22,12 @@ SB_VAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b
 
 
 def _preflight(tmp_path: Path, sim_lib: Path, state: Path | None, **args) -> dict:
+    return _module(tmp_path, sim_lib, state, "nvidia_driver_preflight", {"root": str(tmp_path / "root"), **args})
+
+
+def _module(
+    tmp_path: Path, sim_lib: Path, state: Path | None, name: str, args: dict, *options: str, ok: bool = True
+) -> dict:
     env = {
         **os.environ,
         "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"),
@@ -39,10 +46,11 @@ def _preflight(tmp_path: Path, sim_lib: Path, state: Path | None, **args) -> dic
             "local",
             "-e",
             "ansible_python_interpreter=" + sys.executable,
+            *options,
             "-m",
-            "gpufleet.tuning.nvidia_driver_preflight",
+            "gpufleet.tuning." + name,
             "-a",
-            json.dumps({"root": str(tmp_path / "root"), **args}),
+            json.dumps(args),
         ],
         env=env,
         capture_output=True,
@@ -50,7 +58,7 @@ def _preflight(tmp_path: Path, sim_lib: Path, state: Path | None, **args) -> dic
     )
     out = json.loads(proc.stdout)
     result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    assert proc.returncode == 0, result
+    assert (proc.returncode == 0) is ok, result
     return result
 
 
@@ -176,3 +184,26 @@ def test_bad_branch_is_a_clear_error(tmp_path, sim_lib):
     )
     assert proc.returncode != 0
     assert "branch" in proc.stdout and "Traceback" not in proc.stdout
+
+
+def test_reload_check_mode_predicts_the_new_module(tmp_path, sim_lib, profiles):
+    """Check mode reports the reload (and its diff) without touching anything; the loaded version is NVML's."""
+    state = _state(tmp_path, profiles, "a100", "535")
+    before = state.read_bytes()
+    r = _module(tmp_path, sim_lib, state, "nvidia_driver_reload", {"version": "550.90.07-1"}, "--check", "--diff")
+    assert r["changed"] is True
+    assert (r["before"], r["after"], r["modules"]) == ("535.183.01", "550.90.07", ["nvidia"])
+    assert r["diff"] == {"before": "nvidia module 535.183.01\n", "after": "nvidia module 550.90.07\n"}
+    assert state.read_bytes() == before
+
+
+def test_reload_of_the_loaded_version_changes_nothing(tmp_path, sim_lib, profiles):
+    state = _state(tmp_path, profiles, "a100", "535")
+    r = _module(tmp_path, sim_lib, state, "nvidia_driver_reload", {"version": "535.183.01-1"})
+    assert r["changed"] is False and r["after"] == "535.183.01"
+
+
+def test_reload_bad_version_is_a_clear_error(tmp_path, sim_lib, profiles):
+    state = _state(tmp_path, profiles, "a100", "535")
+    r = _module(tmp_path, sim_lib, state, "nvidia_driver_reload", {"version": "latest"}, "--check", ok=False)
+    assert r["msg"] == "version: a driver version such as 550.90.07 (got 'latest')"
