@@ -37,12 +37,19 @@ REAUDIT_PROOFS = {
         "tests/integration/test_network_tuning_role.py::test_network_tuning_in_namespace",
         "tests/integration/test_network_tuning_safety.py::test_only_the_named_data_nic_changes",
     ],
-    "NET-OFFL-001": ["tests/integration/test_network_tuning_role.py::test_network_tuning_in_namespace"],
+    "NET-OFFL-001": [
+        "tests/integration/test_network_tuning_role.py::test_network_tuning_in_namespace",
+        "tests/integration/test_network_tuning_safety.py::test_only_the_named_data_nic_changes",
+    ],
     "NET-TCP-001": [
         "tests/integration/test_network_tuning_role.py::test_network_tuning_in_namespace",
+        "tests/integration/test_network_tuning_safety.py::test_example_inventory_layers",
         "tests/integration/test_cli_remediate_policy.py::test_remediate_example_layout_fixes_tcp_buffers",
     ],
-    "NET-TCP-002": ["tests/integration/test_network_tuning_role.py::test_network_tuning_in_namespace"],
+    "NET-TCP-002": [
+        "tests/integration/test_network_tuning_role.py::test_network_tuning_in_namespace",
+        "tests/integration/test_network_tuning_safety.py::test_per_route_congestion_control",
+    ],
     "NET-TCP-003": ["tests/integration/test_network_tuning_role.py::test_network_tuning_in_namespace"],
     "NET-TCP-004": ["tests/integration/test_network_tuning_role.py::test_network_tuning_in_namespace"],
     "GPU-PWR-001": [

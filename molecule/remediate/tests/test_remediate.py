@@ -48,7 +48,6 @@ DROPINS = {
     "/etc/sysctl.d/60-gpufleet.conf": HEADER
     + "kernel.numa_balancing = 0\nvm.overcommit_memory = 0\nvm.swappiness = 10\n",
     "/etc/sysctl.d/61-gpufleet-network.conf": HEADER
-    + "net.core.default_qdisc = fq\n"
     + f"net.core.rmem_max = {BUFFER}\n"
     + f"net.core.wmem_max = {BUFFER}\n"
     + "".join(f"{key} = {value}\n" for key, value in sorted(TCP.items())),
