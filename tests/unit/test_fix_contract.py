@@ -153,3 +153,12 @@ def test_fix_is_proven(rule):
 def test_tables_name_only_fixable_rules():
     fixable = {r.id for r in FIXABLE}
     assert set(REAUDIT_PROOFS) | set(NO_REAUDIT) == fixable
+
+
+def test_readme_says_what_each_fix_changes():
+    text = (REPO / "README.md").read_text()
+    section = text.split("## What gpufleet changes, and what it never does", 1)[1].split("\n## ", 1)[0]
+    rows = {re.match(r"\| `(\w+)`", line).group(1) for line in section.splitlines() if line.startswith("| `")}
+    for rule in FIXABLE:
+        assert rule.fix["role"] in rows, f"no row for role {rule.fix['role']}"
+        assert rule.id in section, f"{rule.id} is missing from the README's 'What gpufleet changes' table"
