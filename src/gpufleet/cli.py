@@ -259,6 +259,7 @@ def remediation_summary(
     reboot: dict[str, bool],
     check: bool,
     overrides: dict[str, list[dict[str, Any]]] | None = None,
+    blocked: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """Per host: fixed, remaining (auto-fixable or manual), new findings, what changed, reboot needed, and the role
     variables that took the place of a policy value (the fix then follows the variable, not what the audit judged)."""
@@ -273,6 +274,8 @@ def remediation_summary(
             "changed_tasks": changes.get(name, []),
             "reboot_required": bool(reboot.get(name)),
             "role_overrides": list((overrides or {}).get(name) or []),
+            # Changes a role refused to make now (e.g. a driver upgrade under busy GPUs), with the blocker named.
+            "blocked": list((blocked or {}).get(name) or []),
         }
         if check:
             entry["would_fix"] = sorted(r for r, f in was.items() if _fixable(f))
@@ -306,6 +309,7 @@ def render_remediation(summary: dict[str, Any]) -> str:
     lines = []
     for name, h in summary["hosts"].items():
         lines.extend(_render_overrides(name, h))
+        lines.extend(f"{name}: refused: {message}" for message in h.get("blocked") or [])
         if summary["check"]:
             lines.append(
                 f"{name}: would fix {', '.join(h['would_fix']) or 'nothing'}; "
@@ -362,6 +366,7 @@ def cmd_remediate(args: argparse.Namespace) -> int:
     changes: dict[str, list[str]] = {}
     reboot: dict[str, bool] = {}
     role_overrides: dict[str, list[dict[str, Any]]] = {}
+    blocked: dict[str, list[str]] = {}
 
     def on_event(event: dict[str, Any]) -> None:
         data = event.get("event_data") or {}
@@ -374,6 +379,8 @@ def cmd_remediate(args: argparse.Namespace) -> int:
                 reboot[data["host"]] = bool(facts["gpufleet_reboot_required"])
             if isinstance(facts.get("gpufleet_role_overrides"), list):
                 role_overrides[data["host"]] = facts["gpufleet_role_overrides"]
+            if isinstance(facts.get("gpufleet_blocked"), list):
+                blocked[data["host"]] = [str(m) for m in facts["gpufleet_blocked"]]
 
     lock_vars = {"gpufleet_lock_timeout": args.lock_timeout} if args.lock_timeout is not None else {}
     print(f"gpufleet: remediating{' (check mode)' if args.check else ''}, run {run_id}", file=sys.stderr)
@@ -391,7 +398,7 @@ def cmd_remediate(args: argparse.Namespace) -> int:
     )
     failed = {n: h.message for n, h in result.hosts.items() if h.status != "ok"}
     if result.interrupted:
-        summary = remediation_summary(before, None, changes, reboot, args.check, role_overrides)
+        summary = remediation_summary(before, None, changes, reboot, args.check, role_overrides, blocked)
         summary["failed"] = failed
         return stopped("remediate", result.interrupted, summary)
     after = None
@@ -400,10 +407,10 @@ def cmd_remediate(args: argparse.Namespace) -> int:
         if after is not None:
             after.pop("_files")
         if interrupted:
-            summary = remediation_summary(before, after, changes, reboot, args.check, role_overrides)
+            summary = remediation_summary(before, after, changes, reboot, args.check, role_overrides, blocked)
             summary["failed"] = failed
             return stopped("audit-after", interrupted, summary)
-    summary = remediation_summary(before, after, changes, reboot, args.check, role_overrides)
+    summary = remediation_summary(before, after, changes, reboot, args.check, role_overrides, blocked)
     summary["run_id"] = run_id
     summary["failed"] = failed
     summary["complete"] = True

@@ -45,3 +45,14 @@ def test_no_overrides_means_an_empty_list():
     summary = cli.remediation_summary(_report("a", []), _report("b", []), {}, {}, False)
     assert summary["hosts"]["h1"]["role_overrides"] == []
     assert "role variable" not in cli.render_remediation(summary)
+
+
+def test_refused_changes_are_reported_with_their_blocker():
+    failing = [{"rule": "SW-DRV-001", "status": "fail", "fix": {"role": "nvidia_driver"}}]
+    message = "driver 535.183.01 -> 550.90.07 refused: 1 compute process(es) on GPU 0; no reboot allowed"
+    summary = cli.remediation_summary(
+        _report("a", failing), _report("b", failing), {}, {}, False, None, {"h1": [message]}
+    )
+    assert summary["hosts"]["h1"]["blocked"] == [message]
+    assert summary["hosts"]["h1"]["remaining_auto"] == ["SW-DRV-001"]
+    assert f"h1: refused: {message}" in cli.render_remediation(summary)
