@@ -189,7 +189,7 @@ def _validate_prefixes(path, prefixes):
             ipaddress.ip_network(prefix)
         except (TypeError, ValueError) as exc:
             raise PolicyError("policy.%s[%d]: %r is not a CIDR network such as 198.51.100.0/24 or 2001:db8::/32 (%s)"
-                              % (path, i, prefix, exc))
+                              % (path, i, prefix, exc)) from exc
 
 
 def _validate_links(policy):
