@@ -962,6 +962,7 @@ def coex_run(
             src,
             dst,
         )
+        lab.procs.append(procs[f][0])  # stopped by lab.close() if the run is interrupted
     time.sleep(1 + duration / 2)  # the control connections take ~3 round trips; then halfway through the data
     senders = sorted({lab.ns("".join(map(str, COEX_ENDS[src]))) for _, src, _ in procs.values()})
     ss = coex_ss(lab, senders)
