@@ -51,27 +51,23 @@ def example_layout(tmp_path_factory, sim_lib):
     return tmp, inv / "hosts.yml", policy
 
 
+def remediate(inventory: Path, policy: Path, out: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """`gpufleet remediate` on HOST with the --policy file; the run's directory."""
+    proc = gpufleet(
+        "remediate", "-i", str(inventory), "--limit", HOST, "--policy", str(policy), "--out", str(out), *args
+    )
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    [run] = list(out.glob("remediation-*"))
+    return proc, run
+
+
 def _tcp_finding(report: dict) -> dict:
     return next(f for f in report["hosts"][HOST]["findings"] if f["rule"] == "NET-TCP-001")
 
 
 def test_remediate_example_layout_fixes_tcp_buffers(example_layout):
     tmp, inventory, policy = example_layout
-    proc = gpufleet(
-        "remediate",
-        "-i",
-        str(inventory),
-        "--limit",
-        HOST,
-        "--policy",
-        str(policy),
-        "--out",
-        str(tmp / "r"),
-        "--tags",
-        "network",
-    )
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
-    [run] = list((tmp / "r").glob("remediation-*"))
+    proc, run = remediate(inventory, policy, tmp / "r", "--tags", "network")
     before = json.loads((run / "before" / "latest" / "report.json").read_text())
     after = json.loads((run / "after" / "latest" / "report.json").read_text())
     wanted = int(FACTOR * 220 / 1000 * 1e9 / 8)
@@ -93,24 +89,9 @@ def test_a_role_variable_wins_and_the_report_says_so(example_layout):
     host_vars.mkdir(exist_ok=True)
     (host_vars / f"{HOST}.yml").write_text(yaml.safe_dump({"network_tuning_buffer_bytes": 16777216}))
     try:
-        proc = gpufleet(
-            "remediate",
-            "-i",
-            str(inventory),
-            "--limit",
-            HOST,
-            "--policy",
-            str(policy),
-            "--out",
-            str(tmp / "r3"),
-            "--tags",
-            "NET-TCP-001",
-            "--check",
-        )
+        proc, run = remediate(inventory, policy, tmp / "r3", "--tags", "NET-TCP-001", "--check")
     finally:
         shutil.rmtree(host_vars)
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
-    [run] = list((tmp / "r3").glob("remediation-*"))
     summary = json.loads((run / "remediation.json").read_text())
     [override] = summary["hosts"][HOST]["role_overrides"]
     assert override["variable"] == "network_tuning_buffer_bytes"
