@@ -41,6 +41,10 @@ def _target(entry):
         return (kind, entry["uuid"], entry["setting"])
     if kind == "nic":
         return (kind, entry["name"], entry["field"])
+    if kind == "route":
+        # The main table's route to a prefix (route_congctl): 'route' as `ip -j route show exact` printed it, or
+        # None when the run created it ('created': the route it was made from).
+        return (kind, entry["family"], entry["prefix"])
     raise ValueError("unknown rollback entry kind %r" % kind)
 
 

@@ -15,8 +15,13 @@ version_added: "0.1.0"
 description:
   - Reads the rollback record a remediation run left in C(rollback_dir) (prior values recorded by
     M(gpufleet.tuning.gpu_settings), M(gpufleet.tuning.sysctl_settings), M(gpufleet.tuning.sysfs_settings),
-    M(gpufleet.tuning.nic_settings)) and puts every value back, newest change first.
-  - Files gpufleet created are removed; files it changed get their old content back.
+    M(gpufleet.tuning.nic_settings), M(gpufleet.tuning.route_congctl), M(gpufleet.tuning.rollback_snapshot)) and
+    puts every value back, newest change first.
+  - Files gpufleet created are removed (a symbolic link such as a C(.wants) link is unlinked, never its target);
+    files it changed get their old content back.
+  - Routes M(gpufleet.tuning.route_congctl) changed are re-created with their recorded attributes (C(ip route
+    replace), with no C(congctl) when they had none); routes it created are deleted (C(ip route del)) while they
+    still have the gateway and device it gave them.
   - Only what differs is changed, so a second rollback changes nothing. ECC and MIG modes go back to their prior
     pending mode and need a reboot, as when they were changed.
 author:
@@ -85,13 +90,18 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_settings as gs
-from ansible_collections.gpufleet.tuning.plugins.module_utils import nic, nic_settings, nvml, rollback, sysctl
+from ansible_collections.gpufleet.tuning.plugins.module_utils import links, nic, nic_settings, nvml, rollback, sysctl
 from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 
+_C = {"LC_ALL": "C", "LANG": "C"}
+
+
 def _describe(entry):
-    keys = [entry.get(k) for k in ("path", "key", "uuid", "setting", "name", "field") if entry.get(k) is not None]
+    keys = [
+        entry.get(k) for k in ("path", "key", "uuid", "setting", "name", "field", "prefix") if entry.get(k) is not None
+    ]
     return "%s %s" % (entry["kind"], " ".join(str(k) for k in keys))
 
 
@@ -104,14 +114,60 @@ def _read_file(path):
 
 
 def restore_file(module, entry):
-    current = _read_file(entry["path"])
-    if current == entry["content"]:
+    path = entry["path"]
+    if entry["content"] is None:
+        # lexists: a link the run created goes even when its target is already gone; unlink removes the link itself.
+        if not os.path.lexists(path):
+            return False
+        if not module.check_mode:
+            os.unlink(path)
+        return True
+    if _read_file(path) == entry["content"]:
         return False
     if not module.check_mode:
-        if entry["content"] is None:
-            os.unlink(entry["path"])
-        else:
-            write_atomic(entry["path"], entry["content"])
+        # The content was read through a link, so it goes back through it (the link stays a link).
+        write_atomic(os.path.realpath(path), entry["content"])
+    return True
+
+
+def restore_route(module, entry):
+    """Put a route route_congctl changed back as recorded, or delete the one it created. True when it (would) change."""
+    ip_bin = module.get_bin_path("ip", required=True)
+    prefix = entry["prefix"]
+    family = "-6" if entry["family"] == "inet6" else "-4"
+    rc, out, err = module.run_command([ip_bin, "-j", family, "route", "show", "exact", prefix], environ_update=_C)
+    try:
+        shown = json.loads(out or "[]") if rc == 0 else None
+    except ValueError:
+        shown = None
+    if shown is None:
+        module.fail_json(msg="restoring route %s: cannot read it: %s" % (prefix, (err or out).strip()))
+    current = shown[0] if shown else None
+    was = entry.get("route")
+    if was is None:
+        created = entry.get("created") or {}
+        if current is None:
+            return False
+        if (current.get("gateway"), current.get("dev")) != (created.get("gateway"), created.get("dev")):
+            module.warn(
+                "route %s now goes via %s dev %s, not the path this run created it with (via %s dev %s): left alone"
+                % (prefix, current.get("gateway"), current.get("dev"), created.get("gateway"), created.get("dev"))
+            )
+            return False
+        argv = links.route_argv("del", prefix, created, metrics=False)
+    else:
+        argv = links.route_argv("replace", prefix, was, links.route_congctl_of(was))
+        if (
+            current is not None
+            and links.route_argv("replace", prefix, current, links.route_congctl_of(current)) == argv
+        ):
+            return False
+    if not module.check_mode:
+        rc, out, err = module.run_command([ip_bin, family] + argv, environ_update=_C)
+        if rc != 0:
+            module.fail_json(
+                msg="restoring route %s: ip %s failed: %s" % (prefix, " ".join(argv), (err or out).strip())
+            )
     return True
 
 
@@ -250,6 +306,8 @@ def main():
                 module.fail_json(msg="restoring %s failed: %s" % (e["key"], exc))
         elif e["kind"] == "sysfs":
             (restored if restore_value(module, e["path"], e["value"]) else unchanged).append(_describe(e))
+        elif e["kind"] == "route":
+            (restored if restore_route(module, e) else unchanged).append(_describe(e))
     try:
         r, u = restore_gpus(module, [e for e in entries if e["kind"] == "gpu"])
     except gs.SettingsError as exc:

@@ -22,6 +22,10 @@ description:
     a prefix reached through a wider route (usually the default route) gets a route of its own with the gateway and
     device C(ip route get) picks for it today, so the path does not change - only the congestion control does.
   - Changes only routes whose congestion control differs. Check mode reports the commands it would run.
+  - With O(rollback_run_id), each route is recorded before it changes (kind C(route) - the route as C(ip -j route show
+    exact) printed it, or its absence), so M(gpufleet.tuning.rollback) re-creates it as it was or deletes the route
+    this module created. Metrics C(ip -j route) does not print as plain numbers (rtt, rttvar, rto_min) and C(lock)
+    flags are not carried over by the replace.
   - Persistence (O(persist)) - the kernel forgets routes at reboot and when a network manager reconfigures the
     link, so the exact commands are written to a oneshot systemd unit (C(gpufleet-route-congctl.service), ordered
     after C(network-online.target)) that replays them at boot. A network manager that later flushes routes it does
@@ -112,17 +116,8 @@ _CC = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
 
 
 def replace_argv(prefix, route, congestion_control):
-    """`ip route replace` arguments keeping the route's path (gateway, device, metric, source)."""
-    argv = ["route", "replace", prefix]
-    if route.get("gateway"):
-        argv += ["via", route["gateway"]]
-    if route.get("dev"):
-        argv += ["dev", route["dev"]]
-    if route.get("metric") is not None:
-        argv += ["metric", str(route["metric"])]
-    if route.get("prefsrc"):
-        argv += ["src", route["prefsrc"]]
-    return argv + ["congctl", congestion_control]
+    """`ip route replace` arguments keeping the route's path (gateway, device, protocol, metric, source, metrics)."""
+    return links.route_argv("replace", prefix, route, congestion_control)
 
 
 def unit_text(ip_bin, argvs):
@@ -194,7 +189,7 @@ def main():
             return None, "unreadable output of ip -j %s: %s" % (" ".join(argv), exc)
 
     # Plan every prefix first: nothing changes unless every route could be read.
-    routes, argvs, unrouted = [], [], []
+    routes, argvs, unrouted, records = [], [], [], []
     for net in networks:
         prefix = str(net)
         family = "-6" if net.version == 6 else "-4"
@@ -223,10 +218,22 @@ def main():
                 "change": before != cc or not exact,
             }
         )
+        # For rollback: the route as it was (re-created as is), or its absence and what this run creates for it
+        # (deleted again).
+        records.append(
+            {
+                "kind": "route",
+                "family": "inet6" if net.version == 6 else "inet",
+                "prefix": prefix,
+                "route": exact[0] if exact else None,
+                "created": None if exact else route,
+            }
+        )
     for item in unrouted:
         module.warn("prefixes: %s has no route on this host (%s): left alone" % (item["prefix"], item["error"]))
 
     commands = [r["command"] for r in routes if r["change"]]
+    rollback.record_for(module, [rec for rec, r in zip(records, routes) if r["change"]])
     for entry, argv in zip(routes, argvs):
         if entry["change"] and not module.check_mode:
             rc, out, err = module.run_command([ip_bin] + argv)

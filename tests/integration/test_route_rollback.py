@@ -1,0 +1,102 @@
+"""`gpufleet rollback` (playbooks/rollback.yml) undoes per-route congestion control (network.congestion_control_scope:
+routes) in a real network namespace: the route route_congctl changed is re-created exactly as it was (its own route:
+gateway, device, protocol, metric, MTU, no congctl) or deleted (the route it created from the default route), and the
+boot unit and its multi-user.target.wants link are removed. Rollback in check mode changes nothing; a second rollback
+changes nothing. The old rollback knew no `route` entries and left the link (and a dangling link once the unit was
+gone)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufleet.runner import run_playbook
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_network_tuning_safety import Host, host_sysctls, netns, ns_exec  # noqa: E402, F401
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+PREFIX = "198.51.100.0/24"
+POLICY = {
+    "site": "sg",
+    "sites": {"sg": {"links": {"fra": {"rtt_ms": 180, "bandwidth_gbps": 1, "prefixes": [PREFIX]}}}},
+    "network": {"congestion_control_scope": "routes"},
+}
+# The role with the rollback records remediate.yml would give it (module_defaults of the remediation group).
+PLAY = """
+- name: Tune the network, recording prior values
+  hosts: all
+  gather_facts: false
+  module_defaults:
+    group/gpufleet.tuning.remediation:
+      rollback_run_id: run-1
+      rollback_dir: "{{ gpufleet_rollback_dir }}"
+  roles:
+    - role: gpufleet.tuning.network_tuning
+"""
+
+
+def routes(ns: str) -> list:
+    return json.loads(ns_exec(ns, "ip", "-j", "-4", "route", "show")) + json.loads(
+        ns_exec(ns, "ip", "-j", "-6", "route", "show")
+    )
+
+
+def rollback(host: Host, check: bool = False) -> dict:
+    res = run_playbook(str(REPO / "playbooks" / "rollback.yml"), str(host.tmp / "hosts.yml"), check=check)
+    assert res.hosts["ns"].status == "ok", res.hosts["ns"].message
+    return res.hosts["ns"].results["Restore the values recorded before the run"]
+
+
+@pytest.mark.parametrize("own_route", [True, False], ids=["existing-route", "created-from-default"])
+def test_rollback_restores_routes_unit_and_link(tmp_path, netns, own_route):  # noqa: F811 (fixture)
+    if own_route:
+        # A route of its own with attributes a replace must keep and a rollback must bring back.
+        ns_exec(netns, "ip", "route", "add", PREFIX, "via", "10.9.0.1", "dev", "mg0", "proto", "static", "mtu", "1400")
+    host = Host(
+        tmp_path,
+        netns,
+        {
+            "gpufleet_policy": POLICY,
+            "gpufleet_become": False,
+            "gpufleet_rollback_dir": str(tmp_path / "rollback"),
+            "gpufleet_lock_path": str(tmp_path / "run/remediation.lock"),
+        },
+    )
+    (tmp_path / "play.yml").write_text(PLAY)
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"ns": host.vars}}}))
+    before = routes(netns)
+    res = run_playbook(str(tmp_path / "play.yml"), str(tmp_path / "hosts.yml"))
+    assert res.hosts["ns"].status == "ok", res.hosts["ns"].message
+    exact = json.loads(ns_exec(netns, "ip", "-j", "route", "show", "exact", PREFIX))
+    assert exact and exact[0]["metrics"][-1].get("congestion") == "bbr", exact
+    if own_route:  # the replace kept the route's protocol and MTU
+        assert exact[0]["protocol"] == "static" and exact[0]["metrics"][0].get("mtu") == 1400, exact
+    unit = tmp_path / "systemd/gpufleet-route-congctl.service"
+    wants = tmp_path / "systemd/multi-user.target.wants/gpufleet-route-congctl.service"
+    assert unit.exists() and wants.is_symlink()
+    record = json.loads((tmp_path / "rollback/run-1.json").read_text())
+    [entry] = [e for e in record["entries"] if e["kind"] == "route"]
+    assert entry["prefix"] == PREFIX and entry["family"] == "inet"
+    assert (entry["route"] is None) is (not own_route)
+    assert {e["path"] for e in record["entries"] if e["kind"] == "file"} >= {str(unit), str(wants)}
+    after = routes(netns)
+
+    predicted = rollback(host, check=True)
+    assert predicted["changed"] is True and f"route {PREFIX}" in predicted["restored"], predicted
+    assert routes(netns) == after and unit.exists() and wants.is_symlink()
+
+    done = rollback(host)
+    assert done["changed"] is True and f"route {PREFIX}" in done["restored"], done
+    assert routes(netns) == before
+    assert not unit.exists() and not wants.is_symlink() and not wants.exists()
+
+    again = rollback(host)
+    assert again["changed"] is False and again["restored"] == [], again
+    assert routes(netns) == before
+    assert rollback(host, check=True)["changed"] is False
