@@ -13,7 +13,7 @@
 #    it is told to manage; ours stays).
 # 4. Images, tagged by a hash of their recipe (rebuilt only when the recipe changes) plus the alias :current:
 #      localhost/gpufleet-debian12          debootstrap minbase bookworm + python3 iproute2 ethtool kmod procps unzip
-#      localhost/gpufleet-debian12-systemd  + systemd systemd-sysv dbus (one `podman build --network host` layer)
+#      localhost/gpufleet-debian12-systemd  + systemd systemd-sysv dbus udev (one `podman build --network host` layer)
 #      localhost/gpufleet-ubuntu2204        the same on Ubuntu 22.04, only if Ubuntu's archive answers
 # debootstrap works under build/lab/ (git-ignored); its .deb cache stays there for faster rebuilds.
 set -euo pipefail
@@ -166,7 +166,7 @@ systemd_image() {
   base_id=$(podman image inspect --format '{{.Id}}' "localhost/$base:current")
   containerfile="FROM localhost/$base:current
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \\
-      systemd systemd-sysv dbus >/dev/null && apt-get clean && rm -rf /var/lib/apt/lists/* \\
+      systemd systemd-sysv dbus udev >/dev/null && apt-get clean && rm -rf /var/lib/apt/lists/* \\
  && : >/etc/machine-id
 STOPSIGNAL SIGRTMIN+3
 CMD [\"/sbin/init\"]
