@@ -70,6 +70,11 @@ def _cuda_too_new(f):
     f["gpu"]["driver"]["cuda_toolkits"] = [{"path": "/usr/local/cuda-12.4", "version": "12.4.1", "default": True}]
 
 
+def _swappiness_60_with_swap(f):
+    host(f)["vm"]["swappiness"] = 60
+    host(f)["memory"]["swap_total_mib"] = 8192
+
+
 def _nic_on_one_node(f):
     for n in nics(f):
         n["numa_node"] = 0
@@ -79,7 +84,8 @@ def _nic_on_one_node(f):
 CASES = {
     "GPU-MEM-001": (_full_not_swapping, _full_and_swapping),
     "HOST-MEM-001": (None, _set(lambda f: host(f)["memory"], swap_in_per_s=300.0, swap_out_per_s=500.0)),
-    "HOST-MEM-002": (_set(lambda f: host(f)["vm"], swappiness=1), _set(lambda f: host(f)["vm"], swappiness=60)),
+    # Without swap vm.swappiness is moot (the healthy host has none, as most cloud GPU VMs): judged where swap exists.
+    "HOST-MEM-002": (_set(lambda f: host(f)["vm"], swappiness=60), _swappiness_60_with_swap),
     "HOST-MEM-003": (_set(lambda f: host(f)["thp"], enabled="never"), _set(lambda f: host(f)["thp"], enabled="always")),
     "HOST-MEM-004": (
         None,
@@ -277,7 +283,7 @@ def test_tcp_buffer_threshold_is_four_bdp():
 
 def test_policy_toggle_and_regrade():
     facts = healthy()
-    host(facts)["vm"]["swappiness"] = 60
+    _swappiness_60_with_swap(facts)
     off = _evaluate(facts, {"rules": {"HOST-MEM-002": {"enabled": False}}})["HOST-MEM-002"]
     assert off["status"] == "skip" and "disabled by policy" in off["message"]
     low = _evaluate(facts, {"rules": {"HOST-MEM-002": {"severity": "low"}}})["HOST-MEM-002"]
@@ -286,7 +292,7 @@ def test_policy_toggle_and_regrade():
 
 def test_min_severity_threshold():
     facts = healthy()
-    host(facts)["vm"]["swappiness"] = 60  # medium
+    _swappiness_60_with_swap(facts)  # medium
     findings = _evaluate(facts, {"min_severity": "high"})
     assert findings["HOST-MEM-002"]["status"] == "skip"
     assert findings["GPU-PWR-001"]["status"] == "pass"  # high: still evaluated
@@ -308,6 +314,7 @@ def test_pending_remap_is_high_and_failure_critical():
 
 def test_a_rule_that_raises_is_an_error_not_a_crash():
     facts = healthy()
+    _swappiness_60_with_swap(facts)
     host(facts)["vm"]["swappiness"] = "sixty"  # a type the check does not expect
     finding = _evaluate(facts)["HOST-MEM-002"]
     assert finding["status"] == "error" and "TypeError" in finding["message"]
@@ -403,3 +410,27 @@ def test_irqbalance_any_by_default_and_pinned_irqs_are_kept():
     # Pinned IRQs do not excuse a running irqbalance that the policy wants stopped.
     host(facts)["irqbalance"]["running"] = True
     assert _evaluate(facts, {"cpu": {"irqbalance": "stopped"}})["HOST-CPU-004"]["status"] == "fail"
+
+
+def test_swappiness_is_moot_without_swap():
+    facts = healthy()
+    host(facts)["vm"]["swappiness"] = 60  # Ubuntu's default, on a cloud VM with no swap
+    finding = _evaluate(facts)["HOST-MEM-002"]
+    assert finding["status"] == "pass" and "no swap" in finding["message"]
+    host(facts)["memory"]["swap_total_mib"] = None  # unknown: judged as before
+    assert _evaluate(facts)["HOST-MEM-002"]["status"] == "fail"
+
+
+def test_power_cap_alone_is_info_not_throttling():
+    facts = healthy()
+    gpus(facts)[1]["clock_event_reasons"].update(mask="0x4", active=["sw_power_cap"], throttling=["sw_power_cap"])
+    finding = _evaluate(facts)["GPU-PWR-003"]
+    assert finding["status"] == "warn" and finding["severity"] == "info"
+    assert finding["items"] == [{"gpu": 1, "reasons": ["sw_power_cap"]}]
+    # With a thermal reason too it is a fault, and the message names only the reasons that mean trouble.
+    gpus(facts)[1]["clock_event_reasons"].update(
+        mask="0x44", active=["sw_power_cap", "hw_thermal_slowdown"], throttling=["sw_power_cap", "hw_thermal_slowdown"]
+    )
+    finding = _evaluate(facts)["GPU-PWR-003"]
+    assert finding["status"] == "fail" and finding["severity"] == "high"
+    assert finding["items"] == [{"gpu": 1, "reasons": ["hw_thermal_slowdown"]}]
