@@ -39,7 +39,12 @@ SPEC = {
         "psi_some_avg10": (10.0, "number",
                            "Memory pressure (PSI some avg10, percent) that counts as swapping when swap is in use."),
         "max_swappiness": (10, "int", "Highest acceptable vm.swappiness on a GPU server."),
-        "thp_enabled": (["madvise", "never"], "list", "Acceptable transparent hugepage modes."),
+        "thp_enabled": (["always", "madvise", "never"], "list",
+                        "Acceptable transparent hugepage modes (enabled); the stalls come from defrag, judged by "
+                        "memory.thp_defrag."),
+        "thp_defrag": (["madvise", "defer", "defer+madvise", "never"], "list",
+                       "Acceptable transparent hugepage defrag modes: 'always' stalls allocations in direct reclaim "
+                       "and compaction (kernel admin-guide/mm/transhuge)."),
         "min_memlock_kb": (None, "int",
                            "Lowest acceptable memlock limit for GPU users in KiB; null means unlimited is required."),
         "overcommit_memory": ([0, 1], "list", "Acceptable vm.overcommit_memory values (2 breaks CUDA allocations)."),

@@ -204,13 +204,19 @@ def check_swappiness(facts, pol):
 
 
 def check_thp(facts, pol):
-    mode = _host(facts, "thp", "enabled")
-    if mode is None:
+    # Kernel Documentation/admin-guide/mm/transhuge.rst: defrag "always" makes an allocation that wants a huge page
+    # stall in direct reclaim and compaction; "madvise" (RHEL's default, with enabled=always) does so only for
+    # regions that asked. The stalls come from defrag, not from enabled.
+    mode, defrag = _host(facts, "thp", "enabled"), _host(facts, "thp", "defrag")
+    if mode is None and defrag is None:
         return skip("transparent hugepage settings not readable")
-    allowed = pol["memory"]["thp_enabled"]
-    status = "pass" if mode in allowed else "fail"
-    return result(status, {"enabled": mode, "defrag": _host(facts, "thp", "defrag")}, {"enabled": allowed},
-                  "transparent hugepages: %s" % mode)
+    allowed = {"enabled": pol["memory"]["thp_enabled"], "defrag": pol["memory"]["thp_defrag"]}
+    observed = {"enabled": mode, "defrag": defrag}
+    bad = [k for k in ("enabled", "defrag") if observed[k] is not None and observed[k] not in allowed[k]]
+    if bad:
+        return result("fail", observed, allowed, "transparent hugepages: %s"
+                      % ", ".join("%s=%s" % (k, observed[k]) for k in bad))
+    return result("pass", observed, allowed, "transparent hugepages: enabled=%s, defrag=%s" % (mode, defrag))
 
 
 def _memlock_ok(value_kb, required_kb):
@@ -643,9 +649,9 @@ def check_throttling(facts, pol):
         elif POWER_CAP_REASON in reasons:
             capped.append(g["index"])
     if items:
+        detail = "; ".join("%d: %s" % (i["gpu"], ",".join(i["reasons"])) for i in items)
         return result("fail", observed, [], "GPU(s) %s: clocks held down for heat or by the hardware: %s"
-                      % ([i["gpu"] for i in items], "; ".join("%d: %s" % (i["gpu"], ",".join(i["reasons"]))
-                                                            for i in items)), items=items)
+                      % ([i["gpu"] for i in items], detail), items=items)
     if capped:
         return result("warn", observed, [], "GPU(s) %s: clocks held at the power limit (sw_power_cap): normal under "
                       "full load; only a limit capped below policy is a problem (GPU-PWR-002)" % capped,
@@ -871,9 +877,10 @@ RULES = (
     Rule("HOST-MEM-002", "memory", "medium", "vm.swappiness too high",
          "A high swappiness lets the kernel swap out data-loader memory to keep page cache, which causes stalls "
          "under memory pressure.", check_swappiness, role="host_tuning"),
-    Rule("HOST-MEM-003", "memory", "medium", "Transparent hugepages set to always",
-         "THP 'always' makes the kernel compact memory synchronously on allocation, adding latency spikes to "
-         "pinned-memory and data-loader allocations; 'madvise' keeps the benefit where asked for.",
+    Rule("HOST-MEM-003", "memory", "medium", "Transparent hugepage defrag set to always",
+         "THP defrag 'always' makes every allocation that wants a huge page stall in direct reclaim and compaction "
+         "(kernel admin-guide/mm/transhuge), adding latency spikes to pinned-memory and data-loader allocations; "
+         "'madvise' (RHEL's default, with enabled=always) keeps the benefit where asked for.",
          check_thp, role="host_tuning"),
     Rule("HOST-MEM-004", "memory", "high", "memlock limit too low for pinned memory",
          "CUDA, NCCL and RDMA pin (page-lock) host memory; a low memlock limit makes them fall back to pageable "

@@ -67,7 +67,8 @@ def test_host_tuning_fixes_its_rules(tmp_path):
         {
             "governor": "powersave",
             "swappiness": 60,
-            "thp_enabled": "always",
+            "swap_total_mib": 8192,  # HOST-MEM-002 is judged only where swap exists
+            "thp_defrag": "always",
             "numa_balancing": 1,
             "overcommit_memory": 2,
             "memlock_kb": 64,
@@ -203,7 +204,7 @@ def test_targets_come_from_the_policy_and_running_choices_are_kept(tmp_path):
             # The group's policy allows at most 5: the role writes 5 (today it writes its own 10). Overcommit 1 and
             # THP never are acceptable to the policy: kept (today the role sets 0 and madvise).
             "swap5": (
-                {"swappiness": 60, "overcommit_memory": 1, "thp_enabled": "never"},
+                {"swappiness": 60, "swap_total_mib": 8192, "overcommit_memory": 1, "thp_enabled": "never"},
                 {"gpufleet_policy_group": {"memory": {"max_swappiness": 5}}},
             ),
             # An owner's swappiness 1 stays (today the role raises it to 10); a role variable set by the user wins
