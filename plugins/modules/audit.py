@@ -75,19 +75,9 @@ options:
     description: Seconds to wait for each TCP connect when measuring links to the policy's C(peers).
     type: float
     default: 3.0
-  backend:
-    description: Where to read GPU state from; see M(gpufleet.tuning.gpu_info).
-    type: str
-    choices: [auto, pynvml, nvidia-smi]
-    default: auto
-  nvml_library:
-    description: Path of C(libnvidia-ml.so.1) when the driver is outside the loader's search path.
-    type: path
-  nvidia_smi_path:
-    description: Path of C(nvidia-smi) for the fallback backend.
-    type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.tuning.gpu_reader
 attributes:
   platform:
     platforms: posix

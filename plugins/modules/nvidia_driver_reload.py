@@ -34,19 +34,9 @@ options:
     type: list
     elements: str
     default: [nvidia-persistenced.service, nvidia-fabricmanager.service]
-  backend:
-    description: Where GPU state is read from (as M(gpufleet.tuning.gpu_info)).
-    type: str
-    choices: [auto, pynvml, nvidia-smi]
-    default: auto
-  nvml_library:
-    description: Path of C(libnvidia-ml.so.1) when it is outside the loader's search path.
-    type: path
-  nvidia_smi_path:
-    description: Path of C(nvidia-smi) for the fallback backend.
-    type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.tuning.gpu_reader
 attributes:
   platform:
     platforms: posix
