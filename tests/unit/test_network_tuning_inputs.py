@@ -39,7 +39,7 @@ def test_links_classified_as_the_rules_judge_them():
     assert tcp_buffer_bytes(sized, 4.0, 268435456) == 150000000
     for size, status in ((150000000, "pass"), (149999999, "fail")):
         tcp = {"rmem": [4096, 131072, size], "wmem": [4096, 16384, size]}
-        assert rules.check_tcp_buffers({"links": resolved, "network": {"tcp": tcp}}, policy)["status"] == status
+        assert rules.network.check_tcp_buffers({"links": resolved, "network": {"tcp": tcp}}, policy)["status"] == status
 
 
 def test_no_links_nothing_long():

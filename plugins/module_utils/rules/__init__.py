@@ -1,0 +1,80 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""The rule catalog: one table that turns gathered facts into findings.
+
+Every rule has an id (``GPU-PWR-001``), an area, a severity, a title, a rationale a fleet owner understands, the
+sources it rests on (``references``), a pure check ``(facts, policy) -> result`` and a fix (role + tag, or manual
+advice). Each area's rules live in their own file (``memory``, ``cpu``, ``network``, ``power``, ``health``,
+``software``), every check next to its catalog entry; this package assembles them. The audit module runs them on the
+target; remediation roles, tags, toggles and tests use the same ids.
+
+``facts`` is ``{"gpu": <gpu_info result>, "host": <host_info host>, "network": <nic_info network>,
+"links": {"source": ..., "peers": [{site, rtt_ms, bandwidth_gbps}]}}``; any part may be missing, and a rule
+whose facts are missing reports ``skip`` with the reason.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import AREAS, SEVERITIES
+from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import cpu, health, memory, network, power, software
+from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (  # noqa: F401 (the package's API)
+    STATUSES,
+    Rule,
+    _links,
+    _long_links,
+    _severity_rank,
+    result,
+    skip,
+)
+
+RULES = memory.RULES + cpu.RULES + network.RULES + power.RULES + health.RULES + software.RULES
+BY_ID = dict((r.id, r) for r in RULES)
+
+
+def catalog():
+    return [r.describe() for r in RULES]
+
+
+def evaluate(facts, policy, rules=RULES):
+    """Run every rule; each finding carries the rule's metadata. A rule that raises becomes status 'error'."""
+    findings = []
+    min_rank = _severity_rank(policy.get("min_severity") or "info")
+    overrides = policy.get("rules") or {}
+    for rule in rules:
+        conf = overrides.get(rule.id) or {}
+        severity = conf.get("severity") or rule.severity
+        base = {"rule": rule.id, "area": rule.area, "title": rule.title, "fix": dict(rule.fix)}
+        if conf.get("enabled") is False:
+            res = skip("disabled by policy (rules.%s.enabled: false)" % rule.id)
+        elif _severity_rank(severity) > min_rank:
+            res = skip("severity %s is below policy min_severity %s" % (severity, policy.get("min_severity")))
+        else:
+            try:
+                res = rule.check(facts, policy)
+            except Exception as exc:  # a rule bug must not hide the other findings
+                res = result("error", message="%s: %s" % (type(exc).__name__, exc))
+        if not conf.get("severity") and res.get("severity"):
+            severity = res["severity"]
+        res.pop("severity", None)
+        base.update(res)
+        base["severity"] = severity
+        findings.append(base)
+    return findings
+
+
+def summarize(findings):
+    """Counts by status, and by severity and area for fail/warn findings."""
+    out = {
+        "by_status": dict((s, 0) for s in STATUSES),
+        "by_severity": dict((s, 0) for s in SEVERITIES),
+        "by_area": dict((a, 0) for a in AREAS),
+    }
+    for f in findings:
+        out["by_status"][f["status"]] = out["by_status"].get(f["status"], 0) + 1
+        if f["status"] in ("fail", "warn"):
+            out["by_severity"][f["severity"]] += 1
+            out["by_area"][f["area"]] += 1
+    return out

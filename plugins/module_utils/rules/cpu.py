@@ -1,0 +1,221 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Rules of the cpu area: each check next to its catalog entry."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
+from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
+from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
+    Rule,
+    _gpus,
+    _host,
+    _net,
+    result,
+    skip,
+)
+
+
+def check_governor(facts, pol):
+    governors = _host(facts, "cpu", "governors")
+    if governors is None:
+        return skip("CPU facts not gathered")
+    if not governors:
+        return skip("no cpufreq governor exposed (virtual machine or cpufreq disabled)")
+    wanted = pol["cpu"]["governor"]
+    others = {g: cpus for g, cpus in governors.items() if g != wanted}
+    if others:
+        return result(
+            "fail",
+            governors,
+            "%s on every CPU" % wanted,
+            "CPUs not on %s: %s" % (wanted, "; ".join("%s: %s" % kv for kv in sorted(others.items()))),
+        )
+    return result("pass", governors, "%s on every CPU" % wanted, "every CPU uses %s" % wanted)
+
+
+def check_cores_per_gpu(facts, pol):
+    gpus = _gpus(facts)
+    cores = _host(facts, "cpu", "cores")
+    if not gpus:
+        return skip("no NVIDIA GPUs could be read")
+    if not cores:
+        return skip("CPU core count not available")
+    ratio = round(float(cores) / len(gpus), 1)
+    minimum = pol["cpu"]["min_cores_per_gpu"]
+    status = "fail" if ratio < minimum else "pass"
+    return result(
+        status,
+        {"cores": cores, "gpus": len(gpus), "cores_per_gpu": ratio},
+        ">= %d cores per GPU" % minimum,
+        "%s physical cores per GPU" % ratio,
+    )
+
+
+def check_numa_locality(facts, pol):
+    gpus = _gpus(facts)
+    nodes = _host(facts, "numa", "nodes")
+    if not gpus:
+        return skip("no NVIDIA GPUs could be read")
+    if not nodes:
+        return skip("NUMA topology not available")
+    node_cpus = {}
+    for node in nodes:
+        try:
+            node_cpus[node["id"]] = set(decoders.parse_cpulist(node.get("cpus") or ""))
+        except ValueError:
+            continue
+    items = []
+    for g in gpus:
+        node, affinity = g.get("numa_node"), g.get("cpu_affinity")
+        if node is None or not affinity or node not in node_cpus:
+            continue
+        cpus = set(decoders.parse_cpulist(affinity))
+        if not cpus <= node_cpus[node]:
+            items.append(
+                {
+                    "gpu": g["index"],
+                    "numa_node": node,
+                    "cpu_affinity": affinity,
+                    "problem": "CPU affinity reaches outside the GPU's NUMA node",
+                }
+            )
+    fabric = []
+    for nic in _net(facts, "nics") or []:
+        if (
+            nic.get("present", True)
+            and (nic.get("speed_mbps") or 0) >= pol["cpu"]["fabric_nic_min_mbps"]
+            and nic.get("numa_node") is not None
+        ):
+            fabric.append(nic)
+    nic_nodes = {n["numa_node"] for n in fabric}
+    gpu_nodes = {g["numa_node"] for g in gpus if g.get("numa_node") is not None}
+    if len(node_cpus) > 1 and fabric:
+        for node in sorted(gpu_nodes - nic_nodes):
+            items.append(
+                {
+                    "numa_node": node,
+                    "gpus": [g["index"] for g in gpus if g.get("numa_node") == node],
+                    "problem": "no fabric NIC on this NUMA node (NICs on %s)" % sorted(nic_nodes),
+                }
+            )
+    observed = {"gpu_nodes": sorted(gpu_nodes), "fabric_nic_nodes": sorted(nic_nodes)}
+    if items:
+        return result(
+            "fail",
+            observed,
+            "GPU affinity, GPU and fabric NIC on the same NUMA node",
+            "%d NUMA locality problem(s)" % len(items),
+            items=items,
+        )
+    return result(
+        "pass",
+        observed,
+        "GPU affinity, GPU and fabric NIC on the same NUMA node",
+        "GPUs, their CPUs and fabric NICs are NUMA-local",
+    )
+
+
+def check_numa_balancing(facts, pol):
+    value = _host(facts, "numa", "balancing")
+    if value is None:
+        return skip("kernel.numa_balancing not readable")
+    allowed = pol["cpu"]["numa_balancing"]
+    status = "fail" if value and not allowed else "pass"
+    return result(status, value, allowed, "automatic NUMA balancing is %s" % ("on" if value else "off"))
+
+
+def pinned_summary(pinned):
+    """ "ens1f0 (IRQs 120-123), 0000:18:00.0 (IRQ 200)": hand-pinned IRQs grouped by device, for messages."""
+    by_device = {}
+    for item in pinned or []:
+        by_device.setdefault(item.get("device"), []).append(int(item["irq"]))
+    parts = []
+    for device in sorted(by_device, key=str):
+        irqs = by_device[device]
+        parts.append("%s (IRQ%s %s)" % (device, "s" if len(irqs) > 1 else "", decoders.cpus_to_cpulist(irqs)))
+    return ", ".join(parts)
+
+
+def check_irqbalance(facts, pol):
+    irq = _host(facts, "irqbalance")
+    if irq is None:
+        return skip("irqbalance state not gathered")
+    wanted = pol["cpu"]["irqbalance"]
+    state = "running" if irq.get("running") else "stopped"
+    if wanted == "any" or state == wanted:
+        return result("pass", state, wanted, "irqbalance is %s" % state)
+    pinned = _host(facts, "irq", "pinned") or []
+    if wanted == "running" and pinned:
+        # Pinning NIC and GPU interrupts by hand is the other way to spread them (the rationale says so), and
+        # irqbalance would move them: a deliberate choice, kept.
+        return result(
+            "pass",
+            {"state": state, "pinned": len(pinned)},
+            wanted,
+            "irqbalance is stopped; IRQs pinned by hand: %s" % pinned_summary(pinned),
+            items=pinned,
+        )
+    return result("fail", {"state": state, "installed": irq.get("installed")}, wanted, "irqbalance is %s" % state)
+
+
+RULES = (
+    Rule(
+        "HOST-CPU-001",
+        "cpu",
+        "high",
+        "CPU governor is not performance",
+        "Power-saving governors lower CPU clocks between bursts; kernel launches, data loading and NCCL progress "
+        "threads then wait for the CPU and the GPUs idle.",
+        check_governor,
+        role="host_tuning",
+        references=(sources.KERNEL_CPUFREQ,),
+    ),
+    Rule(
+        "HOST-CPU-002",
+        "cpu",
+        "medium",
+        "Too few CPU cores per GPU",
+        "Each GPU needs CPU cores for data loading, augmentation and launch threads; with too few, the GPUs starve.",
+        check_cores_per_gpu,
+        manual="Choose an instance or server with more cores per GPU, or move preprocessing off the node.",
+        references=(sources.NVML_QUERIES,),
+    ),
+    Rule(
+        "GPU-NUMA-001",
+        "cpu",
+        "medium",
+        "GPU, its CPUs and its NIC on different NUMA nodes",
+        "Traffic between a GPU and CPUs or NICs on another socket crosses the inter-socket link, halving "
+        "bandwidth and adding latency to every copy and RDMA transfer.",
+        check_numa_locality,
+        manual="Check BIOS NUMA settings and PCIe slot placement; bind jobs with numactl or your scheduler's "
+        "topology awareness.",
+        references=(sources.GPUDIRECT_RDMA, sources.NVML_QUERIES),
+    ),
+    Rule(
+        "HOST-CPU-003",
+        "cpu",
+        "medium",
+        "Automatic NUMA balancing is on",
+        "NUMA balancing unmaps and migrates pages of long-running processes, causing latency spikes and "
+        "migrating pinned buffers' neighbours; GPU servers bind memory explicitly instead.",
+        check_numa_balancing,
+        role="host_tuning",
+        references=(sources.KERNEL_SYSCTL_KERNEL,),
+    ),
+    Rule(
+        "HOST-CPU-004",
+        "cpu",
+        "low",
+        "irqbalance state differs from policy",
+        "Without irqbalance (or explicit IRQ pinning) all NIC and NVMe interrupts land on one CPU, which then "
+        "limits network and storage throughput.",
+        check_irqbalance,
+        role="host_tuning",
+        references=(sources.KERNEL_IRQ_AFFINITY,),
+    ),
+)

@@ -1,0 +1,339 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Rules of the power area: each check next to its catalog entry."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
+from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
+from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
+    Rule,
+    _get,
+    _gpus,
+    _per_gpu,
+    result,
+    skip,
+)
+
+
+def check_persistence(facts, pol):
+    return _per_gpu(
+        facts,
+        lambda g: None if g.get("persistence_mode") is None else not g["persistence_mode"],
+        lambda g: g.get("persistence_mode"),
+        True,
+        "persistence mode is on",
+        "persistence mode off",
+    )
+
+
+def _limit_floor(g, pol):
+    default = _get(g, "power", "default_limit_w")
+    return None if default is None else default * pol["power"]["min_power_limit_pct"] / 100.0
+
+
+def declared_cap_w(g, pol):
+    """The power cap the policy declares for this GPU in watts (power.limit_w, or power.limit_pct of the default),
+    clamped to the GPU's min/max limits as NVML enforces them; None when no cap is declared or the GPU does not
+    report what it needs. gpu_runtime sets exactly this value (gpu_settings clamps the same way)."""
+    power = pol["power"]
+    if power.get("limit_w") is not None:
+        cap = float(power["limit_w"])
+    elif power.get("limit_pct") is not None:
+        default = _get(g, "power", "default_limit_w")
+        if default is None:
+            return None
+        cap = default * power["limit_pct"] / 100.0
+    else:
+        return None
+    low, high = _get(g, "power", "min_limit_w"), _get(g, "power", "max_limit_w")
+    if low is not None:
+        cap = max(cap, low)
+    if high is not None:
+        cap = min(cap, high)
+    return cap
+
+
+def _declared_text(pol):
+    power = pol["power"]
+    if power.get("limit_w") is not None:
+        return "%s W" % power["limit_w"]
+    return "%s%% of the default limit" % power["limit_pct"]
+
+
+def check_power_limit(facts, pol):
+    power = pol["power"]
+    if power.get("limit_w") is None and power.get("limit_pct") is None:
+
+        def bad(g):
+            floor, limit = _limit_floor(g, pol), _get(g, "power", "limit_w")
+            return None if floor is None or limit is None else limit < floor - 0.5
+
+        return _per_gpu(
+            facts,
+            bad,
+            lambda g: {"limit_w": _get(g, "power", "limit_w"), "default_limit_w": _get(g, "power", "default_limit_w")},
+            ">= %s%% of the default limit" % power["min_power_limit_pct"],
+            "power limits are at policy",
+            "power limit below %s%% of the default (no cap declared in power.limit_w or power.limit_pct)"
+            % power["min_power_limit_pct"],
+        )
+
+    # A declared cap is an owner's decision (a rack's power budget): the limit must be exactly that, neither
+    # below (the GPUs lose throughput for nothing) nor above (the budget is broken).
+    gpus = _gpus(facts)
+    if gpus is None:
+        return skip("no NVIDIA GPUs could be read")
+    observed, items = {}, []
+    for g in gpus:
+        cap, limit = declared_cap_w(g, pol), _get(g, "power", "limit_w")
+        if cap is None or limit is None:
+            continue
+        observed[str(g["index"])] = {"limit_w": limit, "declared_cap_w": round(cap, 1)}
+        if abs(limit - cap) > 0.5:
+            items.append(
+                {
+                    "gpu": g["index"],
+                    "limit_w": limit,
+                    "declared_cap_w": round(cap, 1),
+                    "problem": "above the declared cap" if limit > cap else "below the declared cap",
+                }
+            )
+    if not observed:
+        return skip("the GPUs do not report this")
+    expected = "the declared cap, %s (clamped to each GPU's min/max limit)" % _declared_text(pol)
+    if items:
+        above = [i["gpu"] for i in items if i["problem"] == "above the declared cap"]
+        below = [i["gpu"] for i in items if i["problem"] == "below the declared cap"]
+        parts = (["GPU(s) %s above the declared cap" % above] if above else []) + (
+            ["GPU(s) %s below the declared cap" % below] if below else []
+        )
+        return result(
+            "fail",
+            observed,
+            expected,
+            "power limit differs from the declared cap %s: %s" % (_declared_text(pol), "; ".join(parts)),
+            items=items,
+        )
+    return result("pass", observed, expected, "power limits are at the declared cap %s" % _declared_text(pol))
+
+
+# NVML (nvmlDeviceGetCurrentClocksEventReasons): SW power cap means the clocks are held to stay under the current
+# power limit - what every fully loaded GPU shows, and not a fault. Thermal slowdown, HW slowdown and the power brake
+# are. Azure's node health checks exempt SW_POWER_CAP the same way (azurehpc-health-checks, azure_gpu_clock_throttling).
+POWER_CAP_REASON = "sw_power_cap"
+
+
+def check_throttling(facts, pol):
+    gpus = _gpus(facts)
+    if gpus is None:
+        return skip("no NVIDIA GPUs could be read")
+    known = [g for g in gpus if g.get("clock_event_reasons") is not None]
+    if not known:
+        return skip("the GPUs do not report clock event reasons")
+    observed = {str(g["index"]): g["clock_event_reasons"].get("throttling") for g in known}
+    items, capped = [], []
+    for g in known:
+        reasons = g["clock_event_reasons"].get("throttling") or []
+        trouble = [r for r in reasons if r != POWER_CAP_REASON]
+        if trouble:
+            items.append({"gpu": g["index"], "reasons": trouble})
+        elif POWER_CAP_REASON in reasons:
+            capped.append(g["index"])
+    if items:
+        detail = "; ".join("%d: %s" % (i["gpu"], ",".join(i["reasons"])) for i in items)
+        return result(
+            "fail",
+            observed,
+            [],
+            "GPU(s) %s: clocks held down for heat or by the hardware: %s" % ([i["gpu"] for i in items], detail),
+            items=items,
+        )
+    if capped:
+        return result(
+            "warn",
+            observed,
+            [],
+            "GPU(s) %s: clocks held at the power limit (sw_power_cap): normal under "
+            "full load; only a limit capped below policy is a problem (GPU-PWR-002)" % capped,
+            items=[{"gpu": i, "reasons": [POWER_CAP_REASON]} for i in capped],
+            severity="info",
+        )
+    return result("pass", observed, [], "no thermal or hardware slowdown")
+
+
+def check_temperature(facts, pol):
+    margin = pol["power"]["temp_margin_c"]
+
+    def bad(g):
+        temp, slow = _get(g, "temperature", "gpu"), _get(g, "temperature", "slowdown")
+        return None if temp is None or slow is None else temp >= slow - margin
+
+    return _per_gpu(
+        facts,
+        bad,
+        lambda g: {"temperature_c": _get(g, "temperature", "gpu"), "slowdown_c": _get(g, "temperature", "slowdown")},
+        "more than %d C below the slowdown threshold" % margin,
+        "temperatures are well below slowdown",
+        "within %d C of the slowdown temperature" % margin,
+    )
+
+
+def check_pcie_link(facts, pol):
+    gpus = _gpus(facts)
+    if gpus is None:
+        return skip("no NVIDIA GPUs could be read")
+    busy_pct = pol["power"]["busy_util_pct"]
+    items, idle_down, observed = [], [], {}
+    for g in gpus:
+        p = g.get("pcie") or {}
+        down = decoders.pcie_downtrained(
+            p.get("gen_current"), p.get("width_current"), p.get("gen_max"), p.get("width_max")
+        )
+        if down is None:
+            continue
+        util = _get(g, "utilization", "gpu_pct")
+        observed[str(g["index"])] = {
+            "link": decoders.pcie_link(p["gen_current"], p["width_current"]),
+            "max": decoders.pcie_link(p["gen_max"], p["width_max"]),
+            "utilization_pct": util,
+        }
+        if not down:
+            continue
+        if util is None or util < busy_pct:
+            idle_down.append(g["index"])
+            continue
+        items.append(
+            {
+                "gpu": g["index"],
+                "link": observed[str(g["index"])]["link"],
+                "max": observed[str(g["index"])]["max"],
+                "utilization_pct": util,
+            }
+        )
+    if not observed:
+        return skip("the GPUs do not report their PCIe link")
+    expected = "maximum generation and width while busy (>= %d%% utilization)" % busy_pct
+    if items:
+        return result(
+            "fail",
+            observed,
+            expected,
+            "busy GPU(s) %s run below their PCIe maximum" % [i["gpu"] for i in items],
+            items=items,
+        )
+    note = " (idle GPU(s) %s trained down, which is normal)" % idle_down if idle_down else ""
+    return result("pass", observed, expected, "busy GPUs run at full PCIe link" + note)
+
+
+def check_ecc_mode(facts, pol):
+    if not pol["power"]["ecc"]:
+        return skip("policy does not require ECC")
+    return _per_gpu(
+        facts,
+        lambda g: None if _get(g, "ecc", "current") is None else not g["ecc"]["current"],
+        lambda g: _get(g, "ecc", "current"),
+        True,
+        "ECC is on",
+        "ECC off",
+    )
+
+
+def check_ecc_pending(facts, pol):
+    def bad(g):
+        cur, pend = _get(g, "ecc", "current"), _get(g, "ecc", "pending")
+        return None if cur is None or pend is None else cur != pend
+
+    return _per_gpu(
+        facts,
+        bad,
+        lambda g: {"current": _get(g, "ecc", "current"), "pending": _get(g, "ecc", "pending")},
+        "pending == current",
+        "no ECC mode change is waiting for a reboot",
+        "ECC mode change pending a reboot or GPU reset",
+    )
+
+
+RULES = (
+    Rule(
+        "GPU-PWR-001",
+        "power",
+        "high",
+        "Persistence mode off",
+        "Without persistence mode the driver tears down GPU state when no process uses it; every job start pays "
+        "seconds of initialisation and settings such as power limits can be lost.",
+        check_persistence,
+        role="gpu_runtime",
+        references=(sources.DRIVER_PERSISTENCE, sources.NVML_COMMANDS),
+    ),
+    Rule(
+        "GPU-PWR-002",
+        "power",
+        "high",
+        "Power limit not at policy",
+        "A capped power limit lowers clocks under load; an A100 capped at 250 W loses a large share of its "
+        "throughput. A cap the policy declares (power.limit_w or power.limit_pct, e.g. a rack's power budget) "
+        "is kept exactly: above it breaks the budget, below it loses throughput for nothing.",
+        check_power_limit,
+        role="gpu_runtime",
+        references=(sources.NVML_QUERIES, sources.NVML_COMMANDS),
+    ),
+    Rule(
+        "GPU-PWR-003",
+        "power",
+        "high",
+        "GPU slowed down by heat or the hardware",
+        "Clock event reasons show the GPU slowing down for heat (thermal slowdown) or by a hardware signal "
+        "(HW slowdown, power brake): the work runs slower than paid for. Clocks held at the power limit "
+        "(SW power cap) are normal under full load and reported apart, as info.",
+        check_throttling,
+        manual="Check airflow, inlet temperature and power supply; a capped power limit is GPU-PWR-002's fix "
+        "(role gpu_runtime, tag GPU-PWR-002).",
+        references=(sources.NVML_CLOCK_EVENTS, sources.AZURE_NHC),
+    ),
+    Rule(
+        "GPU-THM-001",
+        "power",
+        "high",
+        "GPU temperature near its slowdown threshold",
+        "Within a few degrees of the slowdown threshold the GPU will soon throttle hard; cooling is marginal.",
+        check_temperature,
+        manual="Check fans, airflow, blanking panels and inlet temperature.",
+        references=(sources.NVML_QUERIES,),
+    ),
+    Rule(
+        "GPU-PCI-001",
+        "power",
+        "medium",
+        "PCIe link below maximum while busy",
+        "A busy GPU on a degraded PCIe link (lower generation or width) moves data at a fraction of the speed; "
+        "idle GPUs lower their link speed on purpose and are not flagged.",
+        check_pcie_link,
+        manual="Reseat the GPU or riser, check the slot and BIOS PCIe settings.",
+        references=(sources.NVML_QUERIES, sources.NVIDIA_SMI),
+    ),
+    Rule(
+        "GPU-ECC-001",
+        "power",
+        "medium",
+        "ECC off",
+        "Without ECC, memory bit flips silently corrupt results and can crash long jobs.",
+        check_ecc_mode,
+        role="gpu_runtime",
+        references=(sources.NVML_QUERIES, sources.GPU_MEMORY_ERRORS),
+    ),
+    Rule(
+        "GPU-ECC-002",
+        "power",
+        "low",
+        "ECC mode change pending a reboot",
+        "An ECC mode change only takes effect after a reboot or GPU reset; until then the GPU runs with the old "
+        "setting.",
+        check_ecc_pending,
+        role="gpu_runtime",
+        references=(sources.NVML_QUERIES, sources.NVML_COMMANDS),
+    ),
+)

@@ -1,0 +1,138 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""The sources the rules rest on, named once: each rule's ``references`` picks from here.
+
+A reference is ``(title, where)``: ``where`` is the vendor's or the kernel's documentation page, or, for a threshold
+of our own, the path of the bench script or test in this repository that measured it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+# NVIDIA
+NVML_QUERIES = (
+    "NVML API reference: device queries",
+    "https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html",
+)
+NVML_COMMANDS = (
+    "NVML API reference: device commands",
+    "https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceCommands.html",
+)
+NVML_CLOCK_EVENTS = (
+    "NVML API reference: clocks event reasons",
+    "https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html",
+)
+NVML_INIT = (
+    "NVML API reference: initialization and NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+    "https://docs.nvidia.com/deploy/nvml-api/group__nvmlInitializationAndCleanup.html",
+)
+DRIVER_PERSISTENCE = (
+    "NVIDIA driver persistence (persistence mode and nvidia-persistenced)",
+    "https://docs.nvidia.com/deploy/driver-persistence/index.html",
+)
+XID_CATALOG = ("NVIDIA Xid errors catalog", "https://docs.nvidia.com/deploy/xid-errors/index.html")
+GPU_MEMORY_ERRORS = (
+    "NVIDIA GPU memory error management (row remapping, retired pages)",
+    "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html",
+)
+CUDA_COMPAT = (
+    "CUDA compatibility (minor-version and forward compatibility, cuda-compat)",
+    "https://docs.nvidia.com/deploy/cuda-compatibility/index.html",
+)
+CUDA_RELEASE_NOTES = (
+    "CUDA toolkit release notes: minimum driver per toolkit",
+    "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html",
+)
+DRIVER_INSTALL = (
+    "NVIDIA driver installation guide (kernel modules, branches, Secure Boot)",
+    "https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/index.html",
+)
+FABRIC_MANAGER = (
+    "NVIDIA fabric manager user guide",
+    "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html",
+)
+CUDA_BEST_PRACTICES_PINNED = (
+    "CUDA C++ best practices guide: pinned memory",
+    "https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/index.html#pinned-memory",
+)
+GPUDIRECT_RDMA = (
+    "GPUDirect RDMA: PCIe topology and locality",
+    "https://docs.nvidia.com/cuda/gpudirect-rdma/index.html",
+)
+NVIDIA_SMI = (
+    "nvidia-smi documentation (PCIe link, clocks, ECC fields)",
+    "https://docs.nvidia.com/deploy/nvidia-smi/index.html",
+)
+
+# Linux
+KERNEL_VM_SYSCTL = (
+    "Linux kernel: /proc/sys/vm (swappiness, overcommit_memory)",
+    "https://docs.kernel.org/admin-guide/sysctl/vm.html",
+)
+KERNEL_THP = (
+    "Linux kernel: transparent hugepage support (enabled, defrag)",
+    "https://docs.kernel.org/admin-guide/mm/transhuge.html",
+)
+KERNEL_PSI = ("Linux kernel: pressure stall information", "https://docs.kernel.org/accounting/psi.html")
+PROC_VMSTAT = ("proc_vmstat(5): pswpin, pswpout", "https://man7.org/linux/man-pages/man5/proc_vmstat.5.html")
+MLOCK = ("mlock(2): RLIMIT_MEMLOCK and CAP_IPC_LOCK", "https://man7.org/linux/man-pages/man2/mlock.2.html")
+LIMITS_CONF = ("limits.conf(5)", "https://man7.org/linux/man-pages/man5/limits.conf.5.html")
+SYSTEMD_EXEC = (
+    "systemd.exec(5): LimitMEMLOCK=",
+    "https://www.freedesktop.org/software/systemd/man/latest/systemd.exec.html",
+)
+KERNEL_CPUFREQ = (
+    "Linux kernel: CPU performance scaling (governors)",
+    "https://docs.kernel.org/admin-guide/pm/cpufreq.html",
+)
+KERNEL_SYSCTL_KERNEL = (
+    "Linux kernel: /proc/sys/kernel (numa_balancing)",
+    "https://docs.kernel.org/admin-guide/sysctl/kernel.html",
+)
+KERNEL_IRQ_AFFINITY = ("Linux kernel: SMP IRQ affinity", "https://docs.kernel.org/core-api/irq/irq-affinity.html")
+KERNEL_IP_SYSCTL = (
+    "Linux kernel: IP sysctl (tcp_rmem, tcp_congestion_control, tcp_mtu_probing, tcp_slow_start_after_idle)",
+    "https://docs.kernel.org/networking/ip-sysctl.html",
+)
+KERNEL_OFFLOADS = (
+    "Linux kernel: segmentation offloads",
+    "https://docs.kernel.org/networking/segmentation-offloads.html",
+)
+KERNEL_CHECKSUM_OFFLOADS = (
+    "Linux kernel: checksum offloads",
+    "https://docs.kernel.org/networking/checksum-offloads.html",
+)
+ETHTOOL = (
+    "ethtool(8): -g/-G rings, -k/-K offloads, -S statistics",
+    "https://man7.org/linux/man-pages/man8/ethtool.8.html",
+)
+KERNEL_AER = ("Linux kernel: PCI Express advanced error reporting", "https://docs.kernel.org/PCI/pcieaer-howto.html")
+IP_ROUTE = ("ip-route(8): congctl", "https://man7.org/linux/man-pages/man8/ip-route.8.html")
+
+# Networking practice
+ESNET_HOST_TUNING = (
+    "ESnet fasterdata: Linux host tuning (buffers, BBR, MTU)",
+    "https://fasterdata.es.net/host-tuning/linux/",
+)
+BBR_PAPER = (
+    "Cardwell et al., BBR: congestion-based congestion control (ACM Queue 14(5), 2016)",
+    "https://queue.acm.org/detail.cfm?id=3022184",
+)
+RFC4821 = ("RFC 4821: packetization layer path MTU discovery", "https://www.rfc-editor.org/rfc/rfc4821")
+RFC5681_IDLE = (
+    "RFC 5681 section 4.1: restarting idle connections",
+    "https://www.rfc-editor.org/rfc/rfc5681#section-4.1",
+)
+AWS_MTU = (
+    "AWS EC2: network MTU (9001 in a VPC)",
+    "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/network_mtu.html",
+)
+GCP_MTU = ("Google Cloud VPC: maximum transmission unit (default 1460)", "https://cloud.google.com/vpc/docs/mtu")
+
+# Peers' health checks
+AZURE_NHC = ("Azure HPC node health checks (azurehpc-health-checks)", "https://github.com/Azure/azurehpc-health-checks")
+
+# Our own measurements: a threshold of ours names the script that measured it
+BENCH_WAN = ("gpufleet measurement: bench/wan.py (TCP over an emulated 180 ms link with loss)", "bench/wan.py")
