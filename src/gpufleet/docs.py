@@ -14,10 +14,17 @@ def _fix(fix: dict) -> str:
     return fix.get("manual") or ""
 
 
+def _sources_markdown(refs: list) -> str:
+    return "; ".join(f"[{ref['title']}]({ref['url']})" for ref in refs)
+
+
 def catalog_markdown() -> str:
-    lines = ["| id | area | severity | title | fix |", "|---|---|---|---|---|"]
+    lines = ["| id | area | severity | title | fix | sources |", "|---|---|---|---|---|---|"]
     for r in rules.catalog():
-        lines.append(f"| `{r['id']}` | {r['area']} | {r['severity']} | {r['title']} | {_fix(r['fix'])} |")
+        lines.append(
+            f"| `{r['id']}` | {r['area']} | {r['severity']} | {r['title']} | {_fix(r['fix'])} "
+            f"| {_sources_markdown(r['references'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -27,6 +34,8 @@ def catalog_text() -> str:
         out.append(f"{r['id']:<13} {r['area']:<9} {r['severity']:<9} {r['title']}")
         out.append(f"{'':<33}{r['rationale']}")
         out.append(f"{'':<33}fix: {_fix(r['fix'])}")
+        for ref in r["references"]:
+            out.append(f"{'':<33}source: {ref['title']} <{ref['url']}>")
     return "\n".join(out)
 
 

@@ -228,6 +228,7 @@ def _finding_view(f: dict, catalog: dict[str, dict]) -> dict[str, Any]:
         "title": _text(f.get("title") or entry.get("title")),
         "message": _text(f.get("message")),
         "rationale": _text(entry.get("rationale")),
+        "references": _references_view(entry.get("references")),
         "observed": _pretty(f.get("observed")),
         "expected": _pretty(f.get("expected")),
         "fix": {k: _text(fix.get(k)) for k in ("role", "tag", "manual")},
@@ -271,6 +272,16 @@ def _items_view(items: Any) -> dict[str, Any]:
     }
 
 
+def _references_view(refs: Any) -> list[dict[str, Any]]:
+    """The rule's sources; only https URLs become links (a repository path, e.g. a bench script, stays text)."""
+    out = []
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, dict) and ref.get("title") and ref.get("url"):
+            url = _text(ref["url"])
+            out.append({"title": _text(ref["title"]), "url": url, "link": url.startswith("https://")})
+    return out
+
+
 def _catalog_view(entry: dict) -> dict[str, Any]:
     return {
         "id": _text(entry.get("id")),
@@ -278,5 +289,6 @@ def _catalog_view(entry: dict) -> dict[str, Any]:
         "severity": _text(entry.get("severity")),
         "title": _text(entry.get("title")),
         "rationale": _text(entry.get("rationale")),
+        "references": _references_view(entry.get("references")),
         "fix": schema.format_fix(entry.get("fix")),
     }

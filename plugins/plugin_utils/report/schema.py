@@ -306,6 +306,10 @@ def validate(report: Any) -> list[str]:
         c.choice(entry, "severity", path, SEVERITIES)
         c.typed(entry, "title", path, (str,), "a string")
         c.typed(entry, "rationale", path, (str,), "a string")
+        refs = c.typed(entry, "references", path, (list,), "a list", optional=True)
+        for i, ref in enumerate(refs or []):
+            if not (isinstance(ref, dict) and isinstance(ref.get("title"), str) and isinstance(ref.get("url"), str)):
+                c.add(f"{path}.references[{i}]", "expected {title: string, url: string}")
         c.fix(entry, path)
 
     hosts = c.typed(report, "hosts", "report", (dict,), "an object")

@@ -1,0 +1,86 @@
+"""Every rule cites its sources (issue 13 §1): the catalog entries carry them, and `gpufleet catalog`, the README
+table and the HTML report show them."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import html as report_html
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import schema
+
+from gpufleet import docs
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "tests" / "fixtures" / "reports" / "sample-v1.json"
+# Where a vendor, kernel, cloud or standards source may live; anything else is a repository path of ours.
+DOC_HOSTS = re.compile(
+    r"^https://(docs\.nvidia\.com|docs\.kernel\.org|man7\.org|www\.freedesktop\.org|fasterdata\.es\.net|"
+    r"queue\.acm\.org|www\.rfc-editor\.org|docs\.aws\.amazon\.com|cloud\.google\.com|learn\.microsoft\.com|"
+    r"github\.com|docs\.cloud\.google\.com|www\.kernel\.org)/"
+)
+
+
+def test_every_rule_cites_at_least_one_source():
+    for entry in rules.catalog():
+        refs = entry["references"]
+        assert refs, entry["id"]
+        for ref in refs:
+            assert ref["title"].strip() and ref["url"].strip(), entry["id"]
+            if ref["url"].startswith("https://"):
+                assert DOC_HOSTS.match(ref["url"]), (entry["id"], ref["url"])
+            else:  # a threshold of our own: the script or test that measured it must exist
+                assert (REPO / ref["url"]).is_file(), (entry["id"], ref["url"])
+                assert ref["title"].startswith("gpufleet measurement"), (entry["id"], ref["title"])
+
+
+def test_sources_are_named_once_and_all_used():
+    named = {k: v for k, v in vars(sources).items() if k.isupper() and isinstance(v, tuple)}
+    urls = [v[1] for v in named.values()]
+    assert len(urls) == len(set(urls)), "a source is named twice"
+    used = {ref for r in rules.RULES for ref in r.references}
+    unused = sorted(k for k, v in named.items() if v not in used)
+    assert not unused, f"sources no rule cites: {unused}"
+
+
+def test_a_rule_without_references_is_refused():
+    try:
+        rules.Rule("X-TST-001", "memory", "low", "t", "r", lambda f, p: None, manual="m")
+    except ValueError as exc:
+        assert "references" in str(exc)
+    else:
+        raise AssertionError("a rule without references was accepted")
+
+
+def test_catalog_text_and_markdown_show_the_sources():
+    text, markdown = docs.catalog_text(), docs.catalog_markdown()
+    for entry in rules.catalog():
+        for ref in entry["references"]:
+            assert f"source: {ref['title']} <{ref['url']}>" in text
+            assert f"[{ref['title']}]({ref['url']})" in markdown
+    assert markdown.splitlines()[0].endswith("| sources |")
+
+
+def test_html_finding_and_catalog_link_the_sources():
+    report = json.loads(SAMPLE.read_text(encoding="utf-8"))
+    catalog = {e["id"]: e for e in rules.catalog()}
+    report = copy.deepcopy(report)
+    report["catalog"] = [
+        dict(e, references=catalog[e["id"]]["references"]) for e in report["catalog"] if e["id"] in catalog
+    ]
+    assert schema.validate(report) == []
+    page = report_html.render_html(report)
+    fm = catalog["SW-FM-001"]["references"][0]["url"]
+    # the failing SW-FM-001 finding of sg-a100-01 links the fabric manager guide, safely
+    assert re.search(rf'<p class="refs">Sources: <a href="{re.escape(fm)}" rel="noopener noreferrer">', page)
+    # a threshold of ours (bench script) is named as text, never as a link
+    assert 'href="bench/wan.py"' not in page and "bench/wan.py" in page
+    for href in re.findall(r'href="([^"]+)"', page):
+        assert href.startswith("#") or DOC_HOSTS.match(href), href
+    # links navigate; nothing is loaded from outside (the CSP still forbids every fetch)
+    assert not re.search(r'(src|action|srcset|data)="https?://', page)
+    assert "default-src 'none'" in page
