@@ -15,10 +15,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
-from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import AREAS, SEVERITIES
-from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report.schema import HOST_COUNT_KEYS
-
-SCHEMA = "gpufleet.report/v1"
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report.schema import SCHEMA, SEVERITIES, summarize
 VERSION = "0.1.0"
 
 
@@ -96,23 +93,6 @@ def host_entry(result: dict | None, missing: str = "failed") -> dict:
         "facts": result.get("facts") or {},
         "findings": result.get("findings") or [],
     }
-
-
-def summarize(hosts: dict) -> dict:
-    counts = {key: 0 for key in HOST_COUNT_KEYS}
-    counts["total"] = len(hosts)
-    findings = {
-        "by_severity": {s: 0 for s in SEVERITIES},
-        "by_area": {a: 0 for a in AREAS},
-        "by_status": {s: 0 for s in rules.STATUSES},
-    }
-    for entry in hosts.values():
-        counts[entry["status"]] += 1
-        part = rules.summarize(entry["findings"])
-        for key in findings:
-            for k, v in part[key].items():
-                findings[key][k] = findings[key].get(k, 0) + v
-    return {"hosts": counts, "findings": findings}
 
 
 def build_report(
