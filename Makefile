@@ -96,6 +96,7 @@ lint: collections
 	$(BIN)/ruff check .
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ansible-lint -q
 	$(BIN)/bandit -q -r src plugins
+	$(BIN)/antsibull-changelog lint
 
 unit: $(VENV)/.installed-test
 	$(BIN)/pytest -q tests/unit
