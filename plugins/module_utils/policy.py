@@ -102,6 +102,10 @@ SPEC = {
     "health": {
         "xid_min_severity": ("low", "severity", "Xid events below this severity are ignored."),
         "aer_corrected_max": (100, "int", "Corrected PCIe AER errors tolerated in the kernel log window."),
+        "expected_gpu_count": (None, "int",
+                               "GPUs this host should have (set per group or host); fewer usable GPUs in NVML is "
+                               "critical (GPU-HLT-003). null: not checked, only GPUs on the PCI bus that NVML does "
+                               "not list are."),
     },
 }
 

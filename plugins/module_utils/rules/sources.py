@@ -65,6 +65,14 @@ NVIDIA_SMI = (
     "nvidia-smi documentation (PCIe link, clocks, ECC fields)",
     "https://docs.nvidia.com/deploy/nvidia-smi/index.html",
 )
+CUDA_MINOR_COMPAT = (
+    "CUDA compatibility: minor version compatibility (12.x on driver >= 525, 13.x on >= 580; PTX JIT caveat)",
+    "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html",
+)
+NVIDIA_PCI_TABLE = (
+    "NVIDIA open GPU kernel modules: PCI classes the driver claims (GPUs 0x0300/0x0302, NVSwitch 0x0680)",
+    "https://github.com/NVIDIA/open-gpu-kernel-modules/blob/main/kernel-open/nvidia/nv-pci-table.c",
+)
 
 # Linux
 KERNEL_VM_SYSCTL = (
@@ -108,6 +116,7 @@ ETHTOOL = (
     "ethtool(8): -g/-G rings, -k/-K offloads, -S statistics",
     "https://man7.org/linux/man-pages/man8/ethtool.8.html",
 )
+KERNEL_SYSFS_PCI = ("Linux kernel: accessing PCI device resources through sysfs", "https://docs.kernel.org/PCI/sysfs-pci.html")
 KERNEL_AER = ("Linux kernel: PCI Express advanced error reporting", "https://docs.kernel.org/PCI/pcieaer-howto.html")
 IP_ROUTE = ("ip-route(8): congctl", "https://man7.org/linux/man-pages/man8/ip-route.8.html")
 
