@@ -34,6 +34,7 @@ demo-local: deps-test $(VENV)/.installed-test sim
 # Regenerate the README's rule catalog and policy tables from the code.
 docs: $(VENV)/.installed-test
 	$(BIN)/python scripts/gen-readme-tables.py
+	$(BIN)/python scripts/gen-role-readmes.py
 
 test: deps-test $(VENV)/.installed-test sim quality lab
 	$(BIN)/pytest -q tests
