@@ -11,7 +11,7 @@ __metaclass__ = type
 import os
 import traceback
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders, nvidia_smi, nvml, software
+from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders, nvidia_smi, nvml, pci, software
 
 # Options shared by every module that reads GPUs.
 ARGUMENT_SPEC = dict(
@@ -39,7 +39,10 @@ def _read_pynvml(module, fs, library):
     try:
         driver, gpus = nvml.collect(nv, fs)
     except nvml.NvmlUnavailable as exc:
-        return {"available": False, "source": "pynvml", "error": str(exc)}, {}, []
+        # The NVML error's name (LibRmVersionMismatch, DriverNotLoaded, ...) is a finding of its own (SW-KMOD-001).
+        cause = exc.__cause__
+        code = nvml.error_name(cause) if isinstance(cause, nv.NVMLError) else None
+        return {"available": False, "source": "pynvml", "error": str(exc), "error_code": code}, {}, []
     for gpu in gpus:
         gpu["source"] = "pynvml"
     return {"available": True, "source": "pynvml", "error": None}, driver, gpus
@@ -78,13 +81,24 @@ def read(module, fs):
                                  exception=traceback.format_exc())
             status, driver, gpus = _read_nvidia_smi(module, params["nvidia_smi_path"], "pynvml not importable")
     status["library"] = params["nvml_library"]
+    status.setdefault("error_code", None)
 
     driver = dict(driver or {})
     for key in ("version", "nvml_version", "cuda_driver_version", "cuda_driver_version_int"):
         driver.setdefault(key, None)
     driver.setdefault("unsupported", {})
     driver["branch"] = decoders.driver_branch(driver["version"])
-    driver["kernel_module_version"] = software.kernel_module_version(fs)
+    kmod = software.kernel_module(fs, module)
+    driver["kernel_module_version"] = kmod["version"]
+    driver["kernel_module_flavour"] = kmod["flavour"]
+    driver["kernel_module_loaded"] = kmod["loaded"]
+    driver["kernel_module_source"] = kmod["source"]
+    lib = software.library_version(fs)
+    driver["library_version"] = lib["version"]
+    driver["library_versions"] = lib["versions"]
+    driver["library_source"] = lib["source"]
     driver["cuda_toolkits"] = software.cuda_toolkits(fs)
+    driver["cuda_compat"] = software.cuda_compat(fs)
     driver["fabricmanager_version"] = software.fabricmanager_version(module, fs)
-    return {"nvml": status, "driver": driver, "gpus": gpus, "gpu_count": len(gpus)}
+    driver["fabricmanager_running"] = software.fabricmanager_running(fs)
+    return {"nvml": status, "driver": driver, "gpus": gpus, "gpu_count": len(gpus), "pci": pci.scan(fs)}

@@ -14,6 +14,14 @@ Lines look like::
     pcieport 0000:00:03.1: AER: Uncorrected (Non-Fatal) error received: 0000:3b:00.0
     pcieport 0000:00:03.1: AER: Correctable error message received from 0000:3b:00.0   (newer kernels)
     nvidia 0000:3b:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)
+    nvidia-nvswitch0: SXid (PCI:0000:c2:00.0): 20034, Fatal, Link 28 LTSSM Fault Up
+    nvidia-nvswitch3: SXid (PCI:0000:c5:00.0): 19084, Non-fatal, Link 10 AN1 Heartbeat Timeout Error (First)
+    nvidia-nvswitch3: SXid (PCI:0000:c5:00.0): 19084, Severity 5 Engine instance 10 Sub-engine instance 00
+    nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data {0x000001c0, 0x00bd5c8a, ...}
+
+SXid lines are the NVSwitch driver's error reports (NVIDIA fabric manager user guide, "NVSwitch errors"): one
+error prints a line that says ``Fatal`` or ``Non-fatal`` and detail lines (``Severity ...``, ``Data {...}``) with
+the same code.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -75,6 +83,16 @@ _AER_BUS = re.compile(r"PCIe Bus Error: severity=(Correct(?:ed|able)|Uncorrect(?
 # A "PCIe Bus Error" line this close after an "error received" line of the same class is its detail.
 AER_DETAIL_WINDOW = 10
 
+# nvidia-nvswitchN: SXid (PCI:dddd:bb:dd.f): CODE, Fatal|Non-fatal|Severity N|Data {...}, text
+_SXID = re.compile(r"SXid \(([^)]*)\):\s*(\d+)\s*,\s*(.*)$")
+
+# SXid severities (gpufleet's judgement from the fabric manager user guide's SXid error handling): a fatal SXid
+# stops NVLink traffic through the switch port; the GPUs on it (the whole baseboard for a trunk or switch error)
+# need a reset before multi-GPU jobs run again. A non-fatal one is corrected or contained by the hardware: watch the
+# trend. Detail lines alone (no Fatal/Non-fatal line in the window) are judged as non-fatal.
+SXID_FATAL_SEVERITY = "critical"
+SXID_NONFATAL_SEVERITY = "medium"
+
 # 2024-05-31T09:35:42,123456+00:00 (dmesg --time-format iso), 2024-05-31T09:35:42+0000 (journalctl -o short-iso)
 _ISO = re.compile(r"^\s*(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(Z|[+-]\d{2}:?\d{2})")
 
@@ -101,6 +119,22 @@ def parse_xid(line):
     return {"code": int(m.group(2)), "pci": pci.group(1).lower() if pci else None}
 
 
+def parse_sxid(line):
+    """{"code": int, "pci": str|None, "kind": "fatal"|"non-fatal"|"detail"} for an NVSwitch SXid line, else None."""
+    m = _SXID.search(line)
+    if not m:
+        return None
+    pci = _PCI.match(m.group(1).strip())
+    rest = m.group(3).strip().lower()
+    if rest.startswith("fatal"):
+        kind = "fatal"
+    elif rest.startswith("non-fatal") or rest.startswith("nonfatal"):
+        kind = "non-fatal"
+    else:
+        kind = "detail"
+    return {"code": int(m.group(2)), "pci": pci.group(1).lower() if pci else None, "kind": kind}
+
+
 def _aer_class(severity, fatal):
     if severity.startswith("Correct"):
         return "corrected"
@@ -121,14 +155,21 @@ def parse_aer(line):
 def scan(lines):
     """Xid events grouped by code and PCIe AER counts found in ``lines``.
 
-    Returns {"xid": [{code, meaning, severity, count, pci, last}], "aer": {corrected, uncorrected, fatal, last}}.
+    Returns {"xid": [{code, meaning, severity, count, pci, last}], "aer": {corrected, uncorrected, fatal, last},
+    "sxid": [{code, fatal, severity, count, pci, last}]}.
     An AER error is logged as an "error received" line followed by "PCIe Bus Error" detail lines; the detail
     lines of an error already counted are not counted again, a detail line alone (no header near) is.
     """
     xids = {}
     aer = {"corrected": 0, "uncorrected": 0, "fatal": 0, "last": None}
     header = None  # (class, index) of the last AER header line
+    sxids = {}
     for index, line in enumerate(lines):
+        if "SXid" in line:
+            found = parse_sxid(line)
+            if found:
+                _add_sxid(sxids, found, line)
+                continue
         if "NVRM" in line:
             found = parse_xid(line)
             if found:
@@ -166,7 +207,47 @@ def scan(lines):
         entry = xids[code]
         entry["pci"] = sorted(entry["pci"])
         result.append(entry)
-    return {"xid": result, "aer": aer}
+    return {"xid": result, "aer": aer, "sxid": _sxid_result(sxids)}
+
+
+def _add_sxid(sxids, found, line):
+    entry = sxids.get(found["code"])
+    if entry is None:
+        entry = sxids[found["code"]] = {
+            "code": found["code"],
+            "fatal": False,
+            "events": 0,
+            "details": 0,
+            "pci": [],
+            "last": None,
+        }
+    if found["kind"] == "detail":
+        entry["details"] += 1
+    else:
+        entry["events"] += 1
+        entry["fatal"] = entry["fatal"] or found["kind"] == "fatal"
+    if found["pci"] and found["pci"] not in entry["pci"]:
+        entry["pci"].append(found["pci"])
+    if found["kind"] != "detail" or entry["last"] is None:
+        entry["last"] = truncate(line)
+
+
+def _sxid_result(sxids):
+    out = []
+    for code in sorted(sxids):
+        entry = sxids[code]
+        out.append(
+            {
+                "code": code,
+                "fatal": entry["fatal"],
+                "severity": SXID_FATAL_SEVERITY if entry["fatal"] else SXID_NONFATAL_SEVERITY,
+                # one error logs one Fatal/Non-fatal line and detail lines; detail lines alone count as one error
+                "count": entry["events"] or 1,
+                "pci": sorted(entry["pci"]),
+                "last": entry["last"],
+            }
+        )
+    return out
 
 
 def tail(text, count):

@@ -1,8 +1,13 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # Apache License 2.0 (see LICENSE)
-"""Versions of the NVIDIA software stack that live outside NVML: the loaded kernel module,
-installed CUDA toolkits and nvidia-fabricmanager."""
+"""Versions of the NVIDIA software stack that live outside NVML: the loaded kernel module, the installed user-space
+library, CUDA toolkits and cuda-compat packages, and nvidia-fabricmanager (version and whether it runs).
+
+These are read from files, not from NVML, because NVML cannot start exactly when they matter most: after a driver
+upgrade without a reboot the old kernel module stays loaded and ``nvmlInit`` fails with
+NVML_ERROR_LIB_RM_VERSION_MISMATCH (NVML API reference, initialization).
+"""
 
 from __future__ import absolute_import, division, print_function
 
@@ -16,11 +21,99 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
 
 def kernel_module_version(fs):
     """Version of the loaded nvidia.ko, or None when the module is not loaded."""
+    return kernel_module(fs)["version"]
+
+
+_MODINFO_VERSION = re.compile(r"^(\d+\.\d+(?:\.\d+)?)\s*$")
+
+
+def kernel_module(fs, module=None):
+    """{version, flavour, loaded, source} of the nvidia kernel module.
+
+    The loaded module says ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.90.07 ...`` (proprietary) or
+    ``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15 ...`` (open) in /proc/driver/nvidia/version.
+    When neither that file nor /sys/module/nvidia/version can be read and ``module`` is given on the real root,
+    ``modinfo -F version nvidia`` gives the version of the module file the running kernel would load
+    (``loaded: false``).
+    """
     for path in ("/proc/driver/nvidia/version", "/sys/module/nvidia/version"):
-        version = decoders.parse_kernel_module_version(fs.read(path))
+        text = fs.read(path)
+        version = decoders.parse_kernel_module_version(text)
         if version:
-            return version
-    return None
+            flavour = None
+            if path.startswith("/proc"):
+                flavour = "open" if "Open Kernel Module" in text else "proprietary"
+            return {"version": version, "flavour": flavour, "loaded": True, "source": path}
+    if module is not None and fs.root == "/":
+        binary = module.get_bin_path("modinfo")
+        if binary:
+            rc, out, _err = module.run_command([binary, "-F", "version", "nvidia"])
+            m = _MODINFO_VERSION.match((out or "").strip()) if rc == 0 else None
+            if m:
+                return {"version": m.group(1), "flavour": None, "loaded": False, "source": "modinfo"}
+    return {"version": None, "flavour": None, "loaded": False, "source": None}
+
+
+# Where distributions and NVIDIA's packages and runfile put libnvidia-ml.so.<driver version>.
+LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
+_LIB_VERSION = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
+_DRIVER_LIB_PACKAGES = re.compile(
+    r"^(libnvidia-compute-\d+(?:-server)?|libnvidia-ml1|nvidia-driver-libs|"
+    r"nvidia-driver-cuda-libs)$"
+)
+
+
+def dpkg_packages(fs, pattern):
+    """{package: version} of installed dpkg packages whose name matches ``pattern`` (a compiled regex)."""
+    out = {}
+    for block in (fs.read("/var/lib/dpkg/status", limit=64 * 1024 * 1024) or "").split("\n\n"):
+        fields = {}
+        for line in block.splitlines():
+            key, sep, value = line.partition(":")
+            if sep and not line.startswith(" "):
+                fields[key.strip()] = value.strip()
+        name = fields.get("Package")
+        if name and pattern.match(name) and fields.get("Status", "").endswith(" installed"):
+            out[name] = fields.get("Version")
+    return out
+
+
+def _upstream(version):
+    """Debian version "550.90.07-0ubuntu1" / "1:550.90.07-1" -> "550.90.07"."""
+    m = re.match(r"^(?:\d+:)?(\d+\.\d+(?:\.\d+)?)", version or "")
+    return m.group(1) if m else None
+
+
+def library_version(fs):
+    """{version, versions, source}: the installed user-space driver (libnvidia-ml.so.<version>).
+
+    ``versions`` lists every libnvidia-ml.so.<version> found (more than one: leftovers of another driver);
+    ``version`` is the one libnvidia-ml.so.1 points at, else the only or highest one, else the version of the
+    dpkg package that ships the library.
+    """
+    found = {}
+    for base in LIBRARY_DIRS:
+        for path in fs.glob(base + "/libnvidia-ml.so.*"):
+            m = _LIB_VERSION.search(path)
+            if m:
+                found.setdefault(m.group(1), path)
+    versions = sorted(found, key=_numbers)
+    for base in LIBRARY_DIRS:
+        link = base + "/libnvidia-ml.so.1"
+        if fs.exists(link):
+            m = _LIB_VERSION.search(fs.realpath(link))
+            if m:
+                return {"version": m.group(1), "versions": versions, "source": link}
+    if versions:
+        return {"version": versions[-1], "versions": versions, "source": found[versions[-1]]}
+    for name, version in sorted(dpkg_packages(fs, _DRIVER_LIB_PACKAGES).items()):
+        if _upstream(version):
+            return {"version": _upstream(version), "versions": [], "source": "dpkg:%s" % name}
+    return {"version": None, "versions": [], "source": None}
+
+
+def _numbers(version):
+    return tuple(int(p) for p in re.findall(r"\d+", str(version)))
 
 
 _TXT_VERSION = re.compile(r"CUDA Version\s+(\d+\.\d+(?:\.\d+)?)")
@@ -56,7 +149,52 @@ def cuda_toolkits(fs):
     return toolkits
 
 
+_COMPAT_LIB = re.compile(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)$")
+_COMPAT_DIR = re.compile(r"/cuda-(\d+\.\d+)/compat$")
+_COMPAT_PACKAGE = re.compile(r"^cuda-compat-(\d+)-(\d+)$")
+
+
+def cuda_compat(fs):
+    """Installed CUDA forward-compatibility packages: [{cuda, driver, path}].
+
+    NVIDIA's ``cuda-compat-X-Y`` package (deb or rpm) installs the user-mode driver of a newer branch into
+    /usr/local/cuda-X.Y/compat (libcuda.so.<driver version>), which lets CUDA X.Y run on an older kernel driver
+    (CUDA compatibility guide, forward compatibility). A dpkg package without its files is listed with path null.
+    """
+    out = []
+    seen = set()
+    for path in fs.glob("/usr/local/cuda-*/compat"):
+        m = _COMPAT_DIR.search(path)
+        if not m:
+            continue
+        driver = None
+        for lib in fs.glob(path + "/libcuda.so.*"):
+            found = _COMPAT_LIB.search(lib)
+            if found:
+                driver = found.group(1)
+        if driver:
+            out.append({"cuda": m.group(1), "driver": driver, "path": path})
+            seen.add(m.group(1))
+    for name, version in sorted(dpkg_packages(fs, _COMPAT_PACKAGE).items()):
+        m = _COMPAT_PACKAGE.match(name)
+        cuda = "%s.%s" % (m.group(1), m.group(2))
+        if cuda not in seen:
+            out.append({"cuda": cuda, "driver": _upstream(version), "path": None})
+    return out
+
+
 _FM_VERSION = re.compile(r"(\d+\.\d+\.\d+)")
+_FM_PACKAGE = re.compile(r"^nvidia-fabricmanager(?:-\d+)?$")
+# /proc/<pid>/comm holds at most 15 characters: nv-fabricmanager shows as "nv-fabricmanage".
+_FM_COMM = "nv-fabricmanage"
+
+
+def fabricmanager_running(fs):
+    """True when an nv-fabricmanager process runs (found the way host_info finds irqbalance: /proc/<pid>/comm)."""
+    for path in fs.glob("/proc/[0-9]*/comm"):
+        if (fs.read(path) or "").strip().startswith(_FM_COMM):
+            return True
+    return False
 
 
 def fabricmanager_version(module, fs):
@@ -70,6 +208,9 @@ def fabricmanager_version(module, fs):
             m = _FM_VERSION.search(fs.read(doc) or "")
             if m:
                 return m.group(1)
+        for _name, version in sorted(dpkg_packages(fs, _FM_PACKAGE).items()):
+            if _upstream(version):
+                return _upstream(version)
         return None
     rc, out, err = module.run_command([binary, "--version"])
     m = _FM_VERSION.search(out or "") or _FM_VERSION.search(err or "")

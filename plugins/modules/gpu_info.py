@@ -17,7 +17,11 @@ description:
     versions and, for every GPU, identity, memory, utilization, persistence mode, power limits, ECC and memory
     repair counters, clocks and clock event (throttle) reasons, temperatures and thresholds, PCIe link,
     compute and MIG modes, NVLink, CPU affinity and NUMA node, and compute processes.
-  - Also reads the loaded kernel module version, installed CUDA toolkits and the nvidia-fabricmanager version.
+  - Also reads, from files under C(root), the loaded kernel module's version and flavour
+    (C(/proc/driver/nvidia/version); C(modinfo nvidia) when it cannot be read), the installed user-space library
+    version (C(libnvidia-ml.so.<version>)), installed CUDA toolkits and C(cuda-compat) packages, the
+    nvidia-fabricmanager version and whether it runs, and the NVIDIA GPUs and NVSwitches on the PCI bus
+    (C(/sys/bus/pci/devices)). These are read even when NVML cannot start.
   - A field a GPU does not support is V(null) and listed, with the NVML reason, under that GPU's C(unsupported).
     A lost GPU is reported with C(lost=true) while the other GPUs are still read.
   - A host without a usable driver is a fact, not a failure; C(nvml.available) is V(false) and C(gpus) is empty.
@@ -103,6 +107,11 @@ nvml:
     error:
       description: Why GPU state could not be read, V(null) otherwise.
       type: str
+    error_code:
+      description: >-
+        The NVML error that stopped it, by name (V(LibRmVersionMismatch): the loaded kernel module and the
+        library differ; V(DriverNotLoaded), V(NoPermission), ...); V(null) otherwise.
+      type: str
     library:
       description: The C(nvml_library) option when given.
       type: str
@@ -132,8 +141,41 @@ driver:
       type: int
       sample: 12040
     kernel_module_version:
-      description: Version of the loaded C(nvidia) kernel module; V(null) when it is not loaded.
+      description: >-
+        Version of the loaded C(nvidia) kernel module; when it cannot be read, the version C(modinfo) reports
+        for the module file (C(kernel_module_loaded) false); V(null) when neither is known.
       type: str
+    kernel_module_flavour:
+      description: V(open) or V(proprietary) as C(/proc/driver/nvidia/version) says; V(null) when unknown.
+      type: str
+    kernel_module_loaded:
+      description: Whether C(kernel_module_version) is the loaded module's.
+      type: bool
+    kernel_module_source:
+      description: Where the kernel module version was read (a path, or V(modinfo)).
+      type: str
+    library_version:
+      description: >-
+        Installed user-space driver version, from the C(libnvidia-ml.so.<version>) file that
+        C(libnvidia-ml.so.1) points at (or the dpkg package that ships it); V(null) when not found.
+      type: str
+      sample: 550.90.07
+    library_versions:
+      description: Every C(libnvidia-ml.so.<version>) found in the library directories.
+      type: list
+      elements: str
+    library_source:
+      description: Where C(library_version) was read.
+      type: str
+    cuda_compat:
+      description: >-
+        Installed CUDA forward-compatibility packages, each C(cuda) (X.Y), C(driver) (the user-mode driver it
+        ships) and C(path) (C(/usr/local/cuda-X.Y/compat)).
+      type: list
+      elements: dict
+    fabricmanager_running:
+      description: Whether an nv-fabricmanager process runs.
+      type: bool
     cuda_toolkits:
       description: >-
         CUDA toolkits found under C(/usr/local/cuda-*); the one C(/usr/local/cuda) points at is marked C(default).
@@ -145,6 +187,15 @@ driver:
     unsupported:
       description: Driver-level fields NVML could not give, with the reason.
       type: dict
+pci:
+  description: >-
+    NVIDIA functions on the PCI bus (C(/sys/bus/pci/devices)): C(gpus) (class 0x0300/0x0302) and C(nvswitches)
+    (class 0x0680), each with C(address) (sysfs form), C(device), C(class), C(driver) and C(virtual) (an SR-IOV
+    virtual function); C(available) false when sysfs has no PCI directory.
+  returned: always
+  type: dict
+  sample: {available: true, error: null, gpus: [{address: "0000:18:00.0", device: "0x2330", class: "0x030200",
+           driver: nvidia, virtual: false}], nvswitches: []}
 gpu_count:
   description: Number of GPUs found.
   returned: always

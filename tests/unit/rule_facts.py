@@ -65,12 +65,42 @@ HEALTHY = {
             "cuda_driver_version": "12.4",
             "cuda_driver_version_int": 12040,
             "kernel_module_version": "550.90.07",
+            "kernel_module_flavour": "open",
+            "kernel_module_loaded": True,
+            "library_version": "550.90.07",
             "cuda_toolkits": [{"path": "/usr/local/cuda-12.4", "version": "12.4.1", "default": True}],
+            "cuda_compat": [],
             "fabricmanager_version": "550.90.07",
+            "fabricmanager_running": True,
             "unsupported": {},
         },
         "gpu_count": 8,
         "gpus": [gpu(i) for i in range(8)],
+        # HGX H100: 8 GPUs and 4 NVSwitches on the PCI bus (NVIDIA functions of class 0x0302 and 0x0680).
+        "pci": {
+            "available": True,
+            "error": None,
+            "gpus": [
+                {
+                    "address": f"0000:{b.lower()}:00.0",
+                    "device": "0x2330",
+                    "class": "0x030200",
+                    "driver": "nvidia",
+                    "virtual": False,
+                }
+                for b in ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
+            ],
+            "nvswitches": [
+                {
+                    "address": f"0000:{b}:00.0",
+                    "device": "0x22a3",
+                    "class": "0x068000",
+                    "driver": "nvidia",
+                    "virtual": False,
+                }
+                for b in ["05", "06", "07", "08"]
+            ],
+        },
     },
     "host": {
         "cpu": {
@@ -128,6 +158,7 @@ HEALTHY = {
             "lines_scanned": 120,
             "xid": [],
             "aer": {"corrected": 0, "uncorrected": 0, "fatal": 0, "last": None},
+            "sxid": [],
         },
         "unsupported": {},
     },

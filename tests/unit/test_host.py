@@ -200,6 +200,7 @@ def test_healthy_default_root_exactly(healthy):
             "lines_scanned": 7,
             "xid": [],
             "aer": {"corrected": 0, "uncorrected": 0, "fatal": 0, "last": None},
+            "sxid": [],
         },
         "unsupported": {
             "memory.swap_in_per_s": "sampling off (sample_seconds=0)",
@@ -483,6 +484,7 @@ def test_kernel_log_other_file_and_none(healthy):
         "lines_scanned": 0,
         "xid": [],
         "aer": {"corrected": 0, "uncorrected": 0, "fatal": 0, "last": None},
+        "sxid": [],
     }
 
 

@@ -226,3 +226,60 @@ def test_since_keeps_recent_and_untimed_lines():
     assert kl.since(lines, now, 12) == lines[1:]
     assert kl.since(lines, now, 1) == ["no timestamp", lines[3]]
     assert kl.since(lines, now, 0) == lines
+
+
+# NVSwitch SXid lines, as the nvidia-nvswitch driver prints them (forms seen in public bug reports and the fabric
+# manager user guide): one error logs a Fatal / Non-fatal line and detail lines (Severity, Data) with the same code.
+SXID_FATAL = "nvidia-nvswitch0: SXid (PCI:0000:c2:00.0): 20034, Fatal, Link 28 LTSSM Fault Up"
+SXID_NONFATAL = [
+    "[   38.175561] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Data {0x0000002b, 0x0000002b, 0x00000000, "
+    "0x0000002b, 0x80005302, 0x00000000, 0x00000000, 0x00000000, 0x00000000}",
+    "[   38.178720] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt",
+    "[   38.180708] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Severity 0 Engine instance 44 Sub-engine "
+    "instance 00",
+    "[   38.187830] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 45 Minion Link DLREQ interrupt",
+]
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        (SXID_FATAL, {"code": 20034, "pci": "0000:c2:00.0", "kind": "fatal"}),
+        (SXID_NONFATAL[1], {"code": 22013, "pci": "0000:04:00.0", "kind": "non-fatal"}),
+        (SXID_NONFATAL[0], {"code": 22013, "pci": "0000:04:00.0", "kind": "detail"}),
+        (
+            "2025-01-25T10:34:54,859532+00:00 nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data {0x000001c0}",
+            {"code": 12028, "pci": "0000:84:00.0", "kind": "detail"},
+        ),
+        ("NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.", None),
+        ("nvidia-nvswitch0: nvswitch_init: probe of 0000:c2:00.0 ok", None),
+    ],
+)
+def test_parse_sxid_forms(line, expected):
+    assert kl.parse_sxid(line) == expected
+
+
+def test_scan_groups_sxid_events_and_counts_detail_lines_once():
+    result = kl.scan(SXID_NONFATAL + [SXID_FATAL, SXID_FATAL])
+    by_code = {s["code"]: s for s in result["sxid"]}
+    assert by_code[22013]["count"] == 2 and not by_code[22013]["fatal"]
+    assert by_code[22013]["severity"] == "medium"
+    assert by_code[20034] == {
+        "code": 20034,
+        "fatal": True,
+        "severity": "critical",
+        "count": 2,
+        "pci": ["0000:c2:00.0"],
+        "last": SXID_FATAL,
+    }
+    # SXid lines are not Xid lines.
+    assert result["xid"] == []
+
+
+def test_scan_detail_lines_alone_count_as_one_error():
+    result = kl.scan(["nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data {0x000001c0, 0x00bd5c8a}"] * 3)
+    assert [(s["code"], s["count"], s["fatal"]) for s in result["sxid"]] == [(12028, 1, False)]
+
+
+def test_scan_without_sxid_lines_returns_an_empty_list():
+    assert kl.scan([XID_79])["sxid"] == []

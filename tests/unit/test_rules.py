@@ -60,14 +60,27 @@ def _gpu(i, fn):
 
 
 def _cuda_too_new(f):
-    f["gpu"]["driver"].update(
-        version="535.183.01",
-        branch=535,
-        cuda_driver_version="12.2",
-        kernel_module_version="535.183.01",
-        fabricmanager_version="535.183.01",
+    """A CUDA 13 toolkit on a 550 driver (CUDA 12.4): a major-version gap (13.x needs >= 580)."""
+    f["gpu"]["driver"]["cuda_toolkits"] = [{"path": "/usr/local/cuda-13.0", "version": "13.0.1", "default": True}]
+
+
+def _gpu_missing_from_nvml(f):
+    """GPU 3 (0000:5d:00.0) is on the PCI bus but the driver never brought it up: NVML lists 7."""
+    f["gpu"]["gpus"].pop(3)
+    f["gpu"]["gpu_count"] = 7
+
+
+def _fatal_sxid(f):
+    host(f)["kernel_log"]["sxid"].append(
+        {
+            "code": 20034,
+            "fatal": True,
+            "severity": "critical",
+            "count": 1,
+            "pci": ["0000:c2:00.0"],
+            "last": "nvidia-nvswitch0: SXid (PCI:0000:c2:00.0): 20034, Fatal, Link 28 LTSSM Fault Up",
+        }
     )
-    f["gpu"]["driver"]["cuda_toolkits"] = [{"path": "/usr/local/cuda-12.4", "version": "12.4.1", "default": True}]
 
 
 def _swappiness_60_with_swap(f):
@@ -158,6 +171,8 @@ CASES = {
         ),
     ),
     "SW-CUDA-001": (None, _cuda_too_new),
+    "GPU-HLT-003": (None, _gpu_missing_from_nvml),
+    "HOST-HLT-003": (None, _fatal_sxid),
     "SW-KMOD-001": (None, lambda f: f["gpu"]["driver"].update(kernel_module_version="535.183.01")),
     "SW-FM-001": (None, lambda f: f["gpu"]["driver"].update(fabricmanager_version="550.54.15")),
 }
@@ -435,3 +450,201 @@ def test_power_cap_alone_is_info_not_throttling():
     finding = _evaluate(facts)["GPU-PWR-003"]
     assert finding["status"] == "fail" and finding["severity"] == "high"
     assert finding["items"] == [{"gpu": 1, "reasons": ["hw_thermal_slowdown"]}]
+
+
+# --- issue 13: SW-KMOD-001, SW-CUDA-001, SW-FM-001 on NVSwitch hosts only, GPU-HLT-003, HOST-HLT-003 -------------
+
+
+def _nvml_mismatch(f, kmod="535.183.01", library="550.90.07"):
+    """What gpu_info returns when nvmlInit fails with NVML_ERROR_LIB_RM_VERSION_MISMATCH: no NVML facts at all."""
+    f["gpu"]["nvml"] = {
+        "available": False,
+        "source": "pynvml",
+        "error_code": "LibRmVersionMismatch",
+        "error": "NVML could not be initialised: LibRmVersionMismatch (RM has detected an NVML/RM version mismatch.)",
+        "library": None,
+    }
+    f["gpu"]["driver"].update(
+        version=None,
+        branch=None,
+        nvml_version=None,
+        cuda_driver_version=None,
+        kernel_module_version=kmod,
+        library_version=library,
+    )
+    f["gpu"]["gpus"] = []
+    f["gpu"]["gpu_count"] = 0
+
+
+def test_kmod_nvml_mismatch_error_is_itself_the_finding():
+    # Old code: the audit marked NVML unavailable, driver.version was None and SW-KMOD-001 skipped.
+    facts = healthy()
+    _nvml_mismatch(facts)
+    finding = _evaluate(facts)["SW-KMOD-001"]
+    assert finding["status"] == "fail" and finding["severity"] == "critical"
+    assert "535.183.01" in finding["message"] and "550.90.07" in finding["message"]
+    assert "LIB_RM_VERSION_MISMATCH" in finding["message"]
+
+
+def test_kmod_mismatch_error_without_versions_still_fails():
+    facts = healthy()
+    _nvml_mismatch(facts, kmod=None, library=None)
+    finding = _evaluate(facts)["SW-KMOD-001"]
+    assert finding["status"] == "fail" and "unknown" in finding["message"]
+
+
+def test_kmod_compares_the_library_file_not_only_nvml():
+    # NVML answered (a stale state), but the installed library is already 570: the loaded 550 module is stale.
+    facts = healthy()
+    facts["gpu"]["driver"]["library_version"] = "570.86.15"
+    finding = _evaluate(facts)["SW-KMOD-001"]
+    assert finding["status"] == "fail" and "570.86.15" in finding["message"]
+
+
+def test_kmod_other_nvml_errors_are_not_a_mismatch():
+    facts = healthy()
+    _nvml_mismatch(facts, kmod=None, library="550.90.07")
+    facts["gpu"]["nvml"]["error_code"] = "DriverNotLoaded"
+    assert _evaluate(facts)["SW-KMOD-001"]["status"] == "skip"
+
+
+def _toolkit(f, version, driver_cuda, driver_version):
+    f["gpu"]["driver"].update(
+        cuda_driver_version=driver_cuda,
+        version=driver_version,
+        library_version=driver_version,
+        kernel_module_version=driver_version,
+        fabricmanager_version=driver_version,
+    )
+    f["gpu"]["driver"]["cuda_toolkits"] = [
+        {"path": f"/usr/local/cuda-{version[:4]}", "version": version, "default": True}
+    ]
+
+
+def test_cuda_minor_gap_is_a_low_warning_naming_ptx():
+    # Old code: a 12.4 toolkit on driver 535 (CUDA 12.2) failed at high severity; minor-version compatibility runs it.
+    facts = healthy()
+    _toolkit(facts, "12.4.1", "12.2", "535.183.01")
+    finding = _evaluate(facts)["SW-CUDA-001"]
+    assert finding["status"] == "warn" and finding["severity"] == "low"
+    assert "PTX" in finding["message"]
+
+
+@pytest.mark.parametrize(
+    "toolkit, driver_cuda, driver",
+    [
+        ("13.0.1", "12.8", "570.86.15"),  # a newer major than the driver's CUDA
+        ("12.4.1", "11.8", "520.61.05"),  # 12.x on a pre-525 branch
+        ("12.0.1", "12.0", "520.61.05"),  # a 12.0 driver CUDA version reported by a branch below the 12.x minimum
+    ],
+)
+def test_cuda_major_gap_fails(toolkit, driver_cuda, driver):
+    facts = healthy()
+    _toolkit(facts, toolkit, driver_cuda, driver)
+    finding = _evaluate(facts)["SW-CUDA-001"]
+    assert finding["status"] == "fail" and finding["severity"] == "high", finding
+
+
+def test_cuda_compat_package_covers_a_major_gap():
+    facts = healthy()
+    _toolkit(facts, "13.0.1", "12.4", "550.90.07")
+    facts["gpu"]["driver"]["cuda_compat"] = [
+        {"cuda": "13.0", "driver": "580.65.06", "path": "/usr/local/cuda-13.0/compat"}
+    ]
+    finding = _evaluate(facts)["SW-CUDA-001"]
+    assert finding["status"] == "pass" and "cuda-compat" in finding["message"]
+
+
+def test_cuda_compat_too_old_does_not_cover():
+    facts = healthy()
+    _toolkit(facts, "13.0.1", "12.4", "550.90.07")
+    facts["gpu"]["driver"]["cuda_compat"] = [
+        {"cuda": "12.8", "driver": "570.86.15", "path": "/usr/local/cuda-12.8/compat"}
+    ]
+    assert _evaluate(facts)["SW-CUDA-001"]["status"] == "fail"
+
+
+def _no_nvswitch(f):
+    f["gpu"]["pci"]["nvswitches"] = []
+
+
+def test_fm_mismatch_without_nvswitch_is_info_only():
+    # Old code: SW-FM-001 failed critical on any host with an installed fabric manager of another version
+    # (a PCIe L40S or H100 PCIe box, a GH200) although nothing there uses it.
+    facts = healthy()
+    _no_nvswitch(facts)
+    facts["gpu"]["driver"]["fabricmanager_version"] = "550.54.15"
+    finding = _evaluate(facts)["SW-FM-001"]
+    assert finding["status"] == "warn" and finding["severity"] == "info"
+
+
+def test_fm_not_installed_without_nvswitch_passes():
+    facts = healthy()
+    _no_nvswitch(facts)
+    facts["gpu"]["driver"].update(fabricmanager_version=None, fabricmanager_running=False)
+    assert _evaluate(facts)["SW-FM-001"]["status"] == "pass"
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"fabricmanager_version": None, "fabricmanager_running": False}, "not installed"),
+        ({"fabricmanager_running": False}, "not running"),
+    ],
+)
+def test_fm_on_nvswitch_host_must_be_installed_and_running(change, words):
+    # Old code: FM not installed skipped, FM stopped passed.
+    facts = healthy()
+    facts["gpu"]["driver"].update(change)
+    finding = _evaluate(facts)["SW-FM-001"]
+    assert finding["status"] == "fail" and finding["severity"] == "critical"
+    assert words in finding["message"]
+
+
+def test_gpu_count_below_expected_is_critical():
+    facts = healthy()
+    facts["gpu"]["gpus"][2]["lost"] = True
+    findings = _evaluate(facts, {"health": {"expected_gpu_count": 8}})
+    assert findings["GPU-HLT-003"]["status"] == "fail" and findings["GPU-HLT-003"]["severity"] == "critical"
+    assert "7 usable GPU(s), the policy expects 8" in findings["GPU-HLT-003"]["message"]
+
+
+def test_gpu_count_nvml_unavailable_with_expected_count():
+    facts = healthy()
+    _nvml_mismatch(facts)
+    facts["gpu"]["pci"]["available"] = False
+    finding = _evaluate(facts, {"health": {"expected_gpu_count": 8}})["GPU-HLT-003"]
+    assert finding["status"] == "fail" and finding["severity"] == "critical"
+    assert "LibRmVersionMismatch" in finding["message"]
+
+
+def test_gpu_missing_from_nvml_is_high_without_expected_count():
+    facts = healthy()
+    _gpu_missing_from_nvml(facts)
+    finding = _evaluate(facts)["GPU-HLT-003"]
+    assert finding["severity"] == "high" and finding["observed"]["not_in_nvml"] == ["0000:5d:00.0"]
+
+
+def test_gpus_given_to_vms_or_virtual_functions_are_not_missing():
+    facts = healthy()
+    _gpu_missing_from_nvml(facts)
+    facts["gpu"]["pci"]["gpus"][3]["driver"] = "vfio-pci"
+    facts["gpu"]["pci"]["gpus"].append(
+        {"address": "0000:18:00.4", "device": "0x2330", "class": "0x030200", "driver": "nvidia", "virtual": True}
+    )
+    assert _evaluate(facts)["GPU-HLT-003"]["status"] == "pass"
+
+
+def test_gpu_count_matches_expected():
+    facts = healthy()
+    assert _evaluate(facts, {"health": {"expected_gpu_count": 8}})["GPU-HLT-003"]["status"] == "pass"
+
+
+def test_non_fatal_sxid_is_medium_and_below_floor_ignored():
+    facts = healthy()
+    host(facts)["kernel_log"]["sxid"].append(
+        {"code": 19084, "fatal": False, "severity": "medium", "count": 2, "pci": ["0000:c6:00.0"], "last": "..."}
+    )
+    finding = _evaluate(facts)["HOST-HLT-003"]
+    assert finding["status"] == "fail" and finding["severity"] == "medium"
+    assert _evaluate(facts, {"health": {"xid_min_severity": "high"}})["HOST-HLT-003"]["status"] == "pass"

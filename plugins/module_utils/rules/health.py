@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpufleet.tuning.plugins.module_utils import pci as pci_bus
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import SEVERITIES
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
@@ -97,6 +98,98 @@ def check_aer(facts, pol):
     return result("pass", observed, expected, "no PCIe AER errors of concern")
 
 
+# GPUs given away on purpose: bound to vfio-pci/pci-stub for a VM, or SR-IOV virtual functions (vGPU).
+_NOT_THIS_HOSTS = ("vfio-pci", "pci-stub")
+
+
+def check_gpu_count(facts, pol):
+    """GPU-HLT-003: NVIDIA GPUs on the PCI bus that NVML does not list, and fewer usable GPUs than expected."""
+    gpu = facts.get("gpu")
+    if not gpu:
+        return skip("GPU facts not gathered")
+    expected = pol["health"]["expected_gpu_count"]
+    nvml_ok = bool((gpu.get("nvml") or {}).get("available"))
+    listed = (gpu.get("gpus") or []) if nvml_ok else []
+    usable = [g for g in listed if not g.get("lost") and not g.get("error")]
+    in_nvml = set(pci_bus.sysfs_address(g.get("pci_bus_id")) for g in listed) - {None}
+    bus = gpu.get("pci") or {}
+    on_bus = [
+        f
+        for f in (bus.get("gpus") or [])
+        if bus.get("available") and not f.get("virtual") and f.get("driver") not in _NOT_THIS_HOSTS
+    ]
+    missing = [f for f in on_bus if f.get("address") not in in_nvml]
+    observed = {
+        "nvml": len(usable) if nvml_ok else None,
+        "pci": len(on_bus) if bus.get("available") else None,
+        "not_in_nvml": [f.get("address") for f in missing],
+        "nvml_error": None if nvml_ok else (gpu.get("nvml") or {}).get("error"),
+    }
+    want = {"count": expected, "not_in_nvml": []}
+    count = len(usable)
+    why = "" if nvml_ok else " (NVML: %s)" % (observed["nvml_error"] or "not available")
+    if expected is not None and count < expected:
+        return result(
+            "fail",
+            observed,
+            want,
+            "%d usable GPU(s), the policy expects %d%s%s"
+            % (
+                count,
+                expected,
+                why,
+                "; on the PCI bus but not in NVML: %s" % observed["not_in_nvml"] if missing else "",
+            ),
+            items=missing,
+        )
+    if missing:
+        return result(
+            "fail",
+            observed,
+            want,
+            "GPU(s) %s are on the PCI bus but NVML does not list them%s: the driver did not bring them up (look for "
+            "RmInitAdapter or Xid lines from boot)" % (observed["not_in_nvml"], why),
+            items=missing,
+            severity="high",
+        )
+    if not nvml_ok and not on_bus:
+        return skip("no NVIDIA GPUs could be read")
+    if expected is not None and count > expected:
+        return result("warn", observed, want, "%d GPUs, the policy expects %d" % (count, expected), severity="low")
+    return result("pass", observed, want, "%d GPU(s); every NVIDIA GPU on the PCI bus is listed by NVML" % count)
+
+
+def check_sxid(facts, pol):
+    """HOST-HLT-003: NVSwitch SXid errors in the kernel log."""
+    log = _host(facts, "kernel_log")
+    if _log_unreadable(log):
+        return skip(_log_unreadable(log))
+    if log.get("sxid") is None:
+        return skip("the kernel log scan did not look for SXid lines")
+    floor = _severity_rank(pol["health"]["xid_min_severity"])
+    events = [x for x in log["sxid"] if _severity_rank(x.get("severity")) <= floor]
+    observed = {
+        "lines_scanned": log.get("lines_scanned"),
+        "sxid": [{"code": x["code"], "count": x.get("count"), "fatal": x.get("fatal")} for x in events],
+    }
+    if not events:
+        return result("pass", observed, "no SXid errors", "no NVSwitch SXid errors in the window")
+    worst = min(events, key=lambda x: _severity_rank(x.get("severity")))
+    fatal = [x["code"] for x in events if x.get("fatal")]
+    return result(
+        "fail",
+        observed,
+        "no SXid errors",
+        "NVSwitch SXid %s in the kernel log%s"
+        % (
+            ", ".join(str(x["code"]) for x in events),
+            " (fatal: %s; reset the GPUs and NVSwitches before the next multi-GPU job)" % fatal if fatal else "",
+        ),
+        items=events,
+        severity=worst.get("severity") if worst.get("severity") in SEVERITIES else None,
+    )
+
+
 RULES = (
     Rule(
         "GPU-HLT-001",
@@ -139,5 +232,30 @@ RULES = (
         check_aer,
         manual="Reseat GPUs and risers; check firmware and BIOS PCIe settings.",
         references=(sources.KERNEL_AER,),
+    ),
+    Rule(
+        "GPU-HLT-003",
+        "health",
+        "critical",
+        "GPUs missing: fewer than expected, or on the PCI bus but not in NVML",
+        "A GPU the driver failed to bring up at boot never appears in NVML, so it is never reported lost; only the "
+        "PCI bus (NVIDIA functions of class 0x0300/0x0302 in /sys/bus/pci/devices) or the expected count "
+        "(health.expected_gpu_count) shows that the host runs short.",
+        check_gpu_count,
+        manual="Drain the node; check the boot log for the missing GPUs (Xid 79, RmInitAdapter), reseat or service "
+        "them.",
+        references=(sources.NVIDIA_PCI_TABLE, sources.KERNEL_SYSFS_PCI, sources.NVML_QUERIES),
+    ),
+    Rule(
+        "HOST-HLT-003",
+        "health",
+        "high",
+        "NVSwitch SXid errors in the kernel log",
+        "SXid lines are the NVSwitch driver's error reports: a fatal one stops NVLink traffic through the switch and "
+        "the GPUs need a reset before multi-GPU jobs run again; non-fatal ones point at a degrading link.",
+        check_sxid,
+        manual="Look up each SXid in the fabric manager guide; drain the node and reset the GPUs and NVSwitches after "
+        "a fatal SXid.",
+        references=(sources.FABRIC_MANAGER, sources.XID_CATALOG),
     ),
 )

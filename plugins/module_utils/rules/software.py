@@ -36,62 +36,199 @@ def check_driver_version(facts, pol):
     return result("pass", version, expected, "driver %s meets policy" % version)
 
 
+# Oldest driver branch each CUDA major release runs on through minor-version compatibility (CUDA compatibility
+# guide, "Minor Version Compatibility", table 1: 11.x >= 450, 12.x >= 525, 13.x >= 580).
+CUDA_MAJOR_MIN_BRANCH = {11: 450, 12: 525, 13: 580}
+
+PTX_CAVEAT = (
+    "runs through CUDA minor-version compatibility, except PTX JIT: kernels shipped only as PTX newer than the driver "
+    "fail to load (cudaErrorUnsupportedPtxVersion), and features of the newer toolkit that need a newer driver "
+    "are unavailable"
+)
+
+
+def _compat_covers(compat, toolkit):
+    """A cuda-compat package whose CUDA version is at least the toolkit's (forward compatibility)."""
+    want = _version_tuple(toolkit)[:2]
+    for entry in compat or []:
+        if entry.get("cuda") and _version_tuple(entry["cuda"])[:2] >= want:
+            return entry
+    return None
+
+
 def check_cuda_toolkit(facts, pol):
     drv = _driver(facts)
     supported = drv.get("cuda_driver_version")
     toolkits = drv.get("cuda_toolkits")
-    if not supported:
-        return skip("the driver's CUDA version is not available")
+    branch = decoders.driver_branch(drv.get("version") or drv.get("library_version"))
     if not toolkits:
         return skip("no CUDA toolkit installed under /usr/local")
-    too_new = [t for t in toolkits if _version_tuple(t["version"])[:2] > _version_tuple(supported)[:2]]
-    observed = {"driver_cuda": supported, "toolkits": [t["version"] for t in toolkits]}
-    if too_new:
+    if not supported and branch is None:
+        return skip("neither the driver's CUDA version nor its branch is available")
+    driver_cuda = _version_tuple(supported)[:2] if supported else None
+    major_gap, minor_gap, covered = [], [], []
+    for t in toolkits:
+        version = _version_tuple(t["version"])[:2]
+        major = version[0]
+        minimum = CUDA_MAJOR_MIN_BRANCH.get(major)
+        too_old_branch = branch is not None and minimum is not None and branch < minimum
+        major_ahead = driver_cuda is not None and major > driver_cuda[0]
+        minor_ahead = driver_cuda is not None and major == driver_cuda[0] and version > driver_cuda
+        if not (too_old_branch or major_ahead or minor_ahead):
+            continue
+        compat = _compat_covers(drv.get("cuda_compat"), t["version"])
+        if compat:
+            covered.append(dict(t, compat=compat))
+        elif too_old_branch or major_ahead:
+            major_gap.append(dict(t, needs_branch=minimum))
+        else:
+            minor_gap.append(t)
+    observed = {
+        "driver_cuda": supported,
+        "branch": branch,
+        "toolkits": [t["version"] for t in toolkits],
+        "cuda_compat": [c.get("cuda") for c in drv.get("cuda_compat") or []],
+    }
+    expected = "toolkits of the driver's CUDA major version (branch >= %s for 11.x/12.x/13.x), or cuda-compat" % (
+        "/".join(str(v) for v in sorted(CUDA_MAJOR_MIN_BRANCH.values()))
+    )
+    if major_gap:
         return result(
             "fail",
             observed,
-            "toolkits <= CUDA %s" % supported,
-            "CUDA toolkit(s) %s are newer than the driver supports (CUDA %s): kernels built with them may "
-            "fail to load or fall back to slow paths" % ([t["version"] for t in too_new], supported),
-            items=too_new,
+            expected,
+            "CUDA toolkit(s) %s need a newer driver major (driver %s, CUDA %s): code built with them does not run; "
+            "install a branch >= %s or the matching cuda-compat package"
+            % (
+                [t["version"] for t in major_gap],
+                drv.get("version") or drv.get("library_version"),
+                supported,
+                max(t["needs_branch"] or 0 for t in major_gap) or "the toolkit's",
+            ),
+            items=major_gap,
         )
-    return result("pass", observed, "toolkits <= CUDA %s" % supported, "toolkits match the driver")
+    if minor_gap:
+        return result(
+            "warn",
+            observed,
+            expected,
+            "CUDA toolkit(s) %s are newer than the driver's CUDA %s: code built with them %s"
+            % ([t["version"] for t in minor_gap], supported, PTX_CAVEAT),
+            items=minor_gap,
+            severity="low",
+        )
+    if covered:
+        return result(
+            "pass",
+            observed,
+            expected,
+            "toolkit(s) %s run through the installed cuda-compat package" % [t["version"] for t in covered],
+            items=covered,
+        )
+    return result("pass", observed, expected, "toolkits match the driver")
 
 
 def check_kernel_module(facts, pol):
+    gpu = facts.get("gpu") or {}
     drv = _driver(facts)
-    user, kmod = drv.get("version"), drv.get("kernel_module_version")
-    if not user or not kmod:
-        return skip("driver or kernel module version not available")
-    observed = {"driver": user, "kernel_module": kmod}
-    if user != kmod:
+    code = (gpu.get("nvml") or {}).get("error_code")
+    kmod, library, nvml_version = drv.get("kernel_module_version"), drv.get("library_version"), drv.get("version")
+    observed = {
+        "kernel_module": kmod,
+        "kernel_module_loaded": drv.get("kernel_module_loaded"),
+        "library": library,
+        "driver": nvml_version,
+        "nvml_error": code,
+    }
+    if code == "LibRmVersionMismatch":
+        versions = "kernel module %s, library %s" % (kmod or "unknown", library or "unknown")
         return result(
             "fail",
             observed,
             "equal",
-            "kernel module %s and user-space driver %s differ (reboot or reload "
-            "the module after a driver upgrade)" % (kmod, user),
+            "NVML refuses to start (NVML_ERROR_LIB_RM_VERSION_MISMATCH): the loaded kernel module and the user-space "
+            "library differ (%s); every CUDA and NVML process fails until the module is reloaded or the host "
+            "reboots" % versions,
+        )
+    user = library or nvml_version
+    if not user or not kmod:
+        return skip("driver or kernel module version not available")
+    differ = sorted({v for v in (library, nvml_version) if v and v != kmod})
+    if differ:
+        where = "loaded kernel module" if drv.get("kernel_module_loaded", True) else "installed kernel module (modinfo)"
+        return result(
+            "fail",
+            observed,
+            "equal",
+            "%s %s and user-space driver %s differ (reboot or reload the module after a driver upgrade)"
+            % (where, kmod, " / ".join(differ)),
         )
     return result("pass", observed, "equal", "kernel module matches the driver")
 
 
+def _nvswitches(facts):
+    """NVSwitch PCI functions, or None when the PCI bus was not read."""
+    pci = (facts.get("gpu") or {}).get("pci") or {}
+    if not pci.get("available"):
+        return None
+    return pci.get("nvswitches") or []
+
+
 def check_fabricmanager(facts, pol):
     drv = _driver(facts)
-    user, fm = drv.get("version"), drv.get("fabricmanager_version")
+    user = drv.get("version") or drv.get("library_version")
+    fm, running = drv.get("fabricmanager_version"), drv.get("fabricmanager_running")
+    switches = _nvswitches(facts)
+    observed = {
+        "nvswitches": None if switches is None else len(switches),
+        "fabricmanager": fm,
+        "running": running,
+        "driver": user,
+    }
+    expected = "on NVSwitch systems: nvidia-fabricmanager at the driver's version, running"
+    if switches is None:
+        # PCI bus not read: an installed fabric manager is the only hint that this is an NVSwitch system.
+        if not fm:
+            return skip("nvidia-fabricmanager not installed and NVSwitch presence unknown")
+        if not user:
+            return skip("driver version not available")
+        if fm != user:
+            return result(
+                "fail",
+                observed,
+                "equal",
+                "fabric manager %s does not match driver %s: it refuses to start and NVSwitch systems cannot use "
+                "their GPUs" % (fm, user),
+            )
+        return result("pass", observed, "equal", "fabric manager matches the driver")
+    if not switches:
+        if fm and user and fm != user:
+            # gpud's users report this false alarm on H100 PCIe, GH200 and L40S hosts: nothing uses FM there.
+            return result(
+                "warn",
+                observed,
+                expected,
+                "fabric manager %s is installed but does not match driver %s; this host has no NVSwitch, so nothing "
+                "needs it (remove it, or keep it in step with the driver)" % (fm, user),
+                severity="info",
+            )
+        return result("pass", observed, expected, "no NVSwitch on the PCI bus: fabric manager not needed")
+    problems = []
     if not fm:
-        return skip("nvidia-fabricmanager not installed")
-    if not user:
-        return skip("driver version not available")
-    observed = {"driver": user, "fabricmanager": fm}
-    if fm != user:
+        problems.append("nvidia-fabricmanager is not installed")
+    elif user and fm != user:
+        problems.append("fabric manager %s does not match driver %s (it refuses to start)" % (fm, user))
+    if fm and running is False:
+        problems.append("nv-fabricmanager is not running")
+    if problems:
         return result(
             "fail",
             observed,
-            "equal",
-            "fabric manager %s does not match driver %s: it refuses to start and "
-            "NVSwitch systems cannot use their GPUs" % (fm, user),
+            expected,
+            "%d NVSwitch(es) on the PCI bus: %s; until fabric manager runs, the NVLink fabric is not set up and "
+            "CUDA jobs on these GPUs fail" % (len(switches), "; ".join(problems)),
         )
-    return result("pass", observed, "equal", "fabric manager matches the driver")
+    return result("pass", observed, expected, "%d NVSwitch(es): fabric manager %s runs" % (len(switches), fm))
 
 
 RULES = (
@@ -110,13 +247,15 @@ RULES = (
         "SW-CUDA-001",
         "software",
         "high",
-        "CUDA toolkit newer than the driver supports",
-        "Code built with a newer CUDA toolkit than the driver supports can fail to load (PTX JIT errors) or "
-        "fall back to slower paths.",
+        "CUDA toolkit needs a newer driver",
+        "Since CUDA 11 a toolkit runs on any driver of its major release's minimum branch (12.x on >= 525, 13.x on "
+        ">= 580): a newer minor only loses PTX JIT of newer PTX and the newest features (a low-severity warning). A "
+        "toolkit of a newer major than the driver does not run at all, unless a cuda-compat package covers it.",
         check_cuda_toolkit,
         role="nvidia_driver",
-        manual="Upgrade the driver to a branch that supports the toolkit, or install a matching toolkit.",
-        references=(sources.CUDA_COMPAT, sources.CUDA_RELEASE_NOTES),
+        manual="Install a driver branch of the toolkit's CUDA major (or the cuda-compat package for the toolkit), or "
+        "a toolkit of the driver's major.",
+        references=(sources.CUDA_MINOR_COMPAT, sources.CUDA_COMPAT, sources.CUDA_RELEASE_NOTES),
     ),
     Rule(
         "SW-KMOD-001",
@@ -124,7 +263,9 @@ RULES = (
         "critical",
         "Kernel module and driver versions differ",
         "After a driver upgrade without a reboot the old kernel module stays loaded; NVML and CUDA then fail with "
-        "'driver/library version mismatch'.",
+        "'driver/library version mismatch' (nvmlInit returns NVML_ERROR_LIB_RM_VERSION_MISMATCH). The versions are "
+        "read from /proc/driver/nvidia/version and the libnvidia-ml.so.<version> file, so the finding does not "
+        "depend on NVML starting.",
         check_kernel_module,
         role="nvidia_driver",
         manual="Reboot, or unload and reload the nvidia modules when no process uses the GPUs.",
@@ -134,11 +275,13 @@ RULES = (
         "SW-FM-001",
         "software",
         "critical",
-        "Fabric manager version differs from the driver",
-        "nvidia-fabricmanager must match the driver exactly; otherwise it does not start and NVSwitch-based "
-        "systems (HGX) cannot run multi-GPU jobs.",
+        "Fabric manager missing, stopped or at another version than the driver on an NVSwitch system",
+        "On NVSwitch systems (HGX/DGX baseboards; NVSwitches are NVIDIA PCI functions of class 0x0680) "
+        "nvidia-fabricmanager must run at exactly the driver's version, or the NVLink fabric is never set up and "
+        "multi-GPU jobs fail. Hosts without NVSwitch (PCIe cards, H100 PCIe, GH200) do not use it: a stale one "
+        "there is only reported as info.",
         check_fabricmanager,
         role="nvidia_driver",
-        references=(sources.FABRIC_MANAGER,),
+        references=(sources.FABRIC_MANAGER, sources.NVIDIA_PCI_TABLE),
     ),
 )
