@@ -62,11 +62,46 @@ def parse_cpuinfo(text):
     return [b for b in blocks if "processor" in b] or blocks
 
 
+# Arm CPUs: /proc/cpuinfo on arm64 has no "model name", only the MIDR fields "CPU implementer" and "CPU part"
+# (arch/arm64/kernel/cpuinfo.c). Names as util-linux lscpu prints them (sys-utils/lscpu-arm.c).
+ARM_IMPLEMENTERS = {0x41: "ARM", 0x4E: "NVIDIA", 0x48: "HiSilicon", 0x46: "Fujitsu", 0xC0: "Ampere", 0x61: "Apple"}
+ARM_PARTS = {
+    (0x41, 0xD0C): "Neoverse-N1",
+    (0x41, 0xD40): "Neoverse-V1",
+    (0x41, 0xD49): "Neoverse-N2",
+    (0x41, 0xD4F): "Neoverse-V2",  # NVIDIA Grace (GH200, GB200)
+    (0x41, 0xD84): "Neoverse-V3",
+    (0x41, 0xD8E): "Neoverse-N3",
+    (0xC0, 0xAC3): "Ampere-1",
+    (0xC0, 0xAC4): "Ampere-1a",
+}
+
+
+def _hex(text):
+    try:
+        return int(str(text).strip(), 16)
+    except (TypeError, ValueError):
+        return None
+
+
+def arm_cpu_model(implementer, part):
+    """ "ARM Neoverse-V2" for implementer 0x41, part 0xd4f; the raw ids when the part is not in the table."""
+    imp, prt = _hex(implementer), _hex(part)
+    if imp is None or prt is None:
+        return None
+    vendor = ARM_IMPLEMENTERS.get(imp, "implementer 0x%02x" % imp)
+    return "%s %s" % (vendor, ARM_PARTS.get((imp, prt), "part 0x%03x" % prt))
+
+
 def cpu_model(blocks):
     for block in blocks:
         for key in ("model name", "Model name", "cpu model", "cpu"):
             if block.get(key):
                 return block[key]
+    for block in blocks:
+        model = arm_cpu_model(block.get("CPU implementer"), block.get("CPU part"))
+        if model:
+            return model
     return None
 
 
@@ -234,8 +269,12 @@ def read_cpu(fs, unsupported):
     blocks = parse_cpuinfo(fs.read("/proc/cpuinfo", limit=16 * 1024 * 1024))
     cpus = _cpu_ids(fs, blocks)
     cpu = {"model": cpu_model(blocks), "sockets": None, "cores": None, "threads": len(cpus) or None}
+    if cpu["model"] is None and cpus:  # arm64: MIDR_EL1 in sysfs (Documentation/arch/arm64/cpu-feature-registers)
+        midr = _hex(fs.read("%s/cpu%d/regs/identification/midr_el1" % (CPU_SYS, cpus[0])))
+        if midr is not None:
+            cpu["model"] = arm_cpu_model("%x" % ((midr >> 24) & 0xFF), "%x" % ((midr >> 4) & 0xFFF))
     if cpu["model"] is None:
-        unsupported["cpu.model"] = "no model name in /proc/cpuinfo"
+        unsupported["cpu.model"] = "no model name (x86) or CPU implementer/part (arm64) in /proc/cpuinfo or sysfs"
     if not cpus:
         unsupported["cpu.threads"] = "no online CPUs in %s/online or /proc/cpuinfo" % CPU_SYS
 
@@ -390,6 +429,156 @@ def read_hugepages(unsupported, meminfo):
     }
 
 
+# The daemons GPU jobs run under, as (systemd unit, process name): a job inherits RLIMIT_MEMLOCK from the daemon that
+# starts it (Slurm FAQ "memlock": slurmd's limit caps jobs; containers inherit the runtime's limit unless the runtime
+# sets one), and pam_limits never reaches a service started by systemd (its limit is LimitMEMLOCK=, systemd.exec(5)).
+JOB_SERVICES = (
+    ("slurmd.service", "slurmd"),
+    ("kubelet.service", "kubelet"),
+    ("containerd.service", "containerd"),
+    ("docker.service", "dockerd"),
+    ("crio.service", "crio"),
+)
+# systemd's unit search path for system units, highest priority first (systemd.unit(5)); /lib for split-usr systems.
+UNIT_DIRS = (
+    "/etc/systemd/system.control",
+    "/run/systemd/system.control",
+    "/etc/systemd/system",
+    "/run/systemd/system",
+    "/usr/local/lib/systemd/system",
+    "/usr/lib/systemd/system",
+    "/lib/systemd/system",
+)
+SYSTEM_CONF = "/etc/systemd/system.conf"
+SYSTEM_CONF_DIRS = ("/etc/systemd/system.conf.d", "/run/systemd/system.conf.d", "/usr/local/lib/systemd/system.conf.d",
+                    "/usr/lib/systemd/system.conf.d", "/lib/systemd/system.conf.d")
+CAP_IPC_LOCK = 14  # linux/capability.h
+_SIZE_SUFFIX = {"": 1, "B": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4, "P": 1024 ** 5,
+                "E": 1024 ** 6}
+_SIZE = re.compile(r"^(\d+)\s*([KMGTPE]?)(?:i?B)?$", re.I)
+
+
+def _systemd_size_kb(text):
+    text = text.strip()
+    if text.lower() == "infinity":
+        return None
+    m = _SIZE.match(text)
+    if not m:
+        raise ValueError("not a size: %r" % text)
+    return int(m.group(1)) * _SIZE_SUFFIX[m.group(2).upper()] // 1024
+
+
+def parse_systemd_limit(value):
+    """(soft_kb, hard_kb) of a LimitMEMLOCK= value ("infinity", "64M", "8388608", "soft:hard"; sizes in bytes with
+    base-1024 suffixes, systemd.exec(5)); None = unlimited. Raises ValueError on anything else."""
+    soft, sep, hard = value.partition(":")
+    soft_kb = _systemd_size_kb(soft)
+    return soft_kb, (_systemd_size_kb(hard) if sep else soft_kb)
+
+
+def unit_assignments(text, section, key):
+    """The values of ``key=`` in ``[section]`` of a systemd unit or config file, in order (an empty value resets)."""
+    out, current = [], None
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = line[1:-1].strip()
+            continue
+        name, sep, value = line.partition("=")
+        if sep and current == section and name.strip() == key:
+            out.append(value.strip())
+    return out
+
+
+def _effective_limit(fs, paths, section, key):
+    """{soft_kb, hard_kb, source} of the last valid assignment over ``paths`` (read in order); None when unset."""
+    limit = None
+    for path in paths:
+        for value in unit_assignments(fs.read(path), section, key):
+            if not value:
+                limit = None  # "LimitMEMLOCK=" resets to the default
+                continue
+            try:
+                soft, hard = parse_systemd_limit(value)
+            except ValueError:
+                continue  # systemd ignores an invalid assignment and logs it
+            limit = {"soft_kb": soft, "hard_kb": hard, "source": path}
+    return limit
+
+
+def _unit_file(fs, unit):
+    """Path of the unit's fragment (highest-priority unit directory), or None when absent or masked."""
+    for directory in UNIT_DIRS:
+        path = "%s/%s" % (directory, unit)
+        real = fs.path(path)
+        if os.path.islink(real) and os.readlink(real) == "/dev/null":
+            return None  # masked
+        if os.path.isfile(real):
+            return path
+    return None
+
+
+def _dropins(fs, unit, kind="service"):
+    """Drop-in files of a unit (<dir>/<unit>.d/*.conf and the per-type <dir>/service.d/*.conf) in the order systemd
+    applies them: by file name; of two with the same name, the one in the higher-priority directory."""
+    chosen = {}
+    for directory in UNIT_DIRS:
+        for sub in (unit + ".d", kind + ".d"):
+            for path in fs.glob("%s/%s/*.conf" % (directory, sub)):
+                chosen.setdefault(os.path.basename(path), path)
+    return [chosen[name] for name in sorted(chosen)]
+
+
+def _proc_caps(text):
+    """(uid, has CAP_IPC_LOCK) from /proc/<pid>/status (Uid: real..., CapEff: hex mask); None where absent."""
+    uid = cap = None
+    for line in (text or "").splitlines():
+        key, _sep, value = line.partition(":")
+        if key == "Uid" and value.split():
+            uid = to_int(value)
+        elif key == "CapEff":
+            try:
+                cap = bool(int(value.strip(), 16) >> CAP_IPC_LOCK & 1)
+            except ValueError:
+                cap = None
+    return uid, cap
+
+
+def read_job_services(fs):
+    """The job-running daemons present (unit installed or process running), each with its unit's LimitMEMLOCK and
+    the limits of its running processes (/proc/<pid>/limits)."""
+    names = dict((proc, unit) for unit, proc in JOB_SERVICES)
+    running = {}
+    for path in fs.glob("/proc/[0-9]*/comm"):
+        comm = (fs.read(path) or "").strip()
+        if comm not in names:
+            continue
+        pid = int(path.split("/")[2])
+        entry = {"pid": pid, "soft_kb": None, "hard_kb": None, "error": None}
+        try:
+            entry["soft_kb"], entry["hard_kb"] = parse_proc_limits(fs.read("/proc/%d/limits" % pid))
+        except ValueError as exc:
+            entry["error"] = "/proc/%d/limits: %s" % (pid, exc)
+        running.setdefault(names[comm], []).append(entry)
+    services = []
+    for unit, proc in JOB_SERVICES:
+        fragment = _unit_file(fs, unit)
+        if fragment is None and unit not in running:
+            continue
+        paths = ([fragment] if fragment else []) + _dropins(fs, unit)
+        services.append({
+            "unit": unit,
+            "process": proc,
+            "fragment": fragment,
+            "dropins": paths[1:] if fragment else paths,
+            "limit": _effective_limit(fs, paths, "Service", "LimitMEMLOCK"),
+            "processes": sorted(running.get(unit, []), key=lambda p: p["pid"]),
+        })
+    return services
+
+
 def read_memlock(fs, unsupported):
     memlock = {"process_soft_kb": None, "process_hard_kb": None, "configured": []}
     try:
@@ -397,9 +586,21 @@ def read_memlock(fs, unsupported):
     except ValueError as exc:
         unsupported["memlock.process_soft_kb"] = unsupported["memlock.process_hard_kb"] = (
             "/proc/self/limits: %s" % exc)
+    # mlock(2): a process with CAP_IPC_LOCK is not bound by RLIMIT_MEMLOCK, so a root audit's own limit says
+    # nothing about the limit of the users' jobs.
+    memlock["process_uid"], memlock["process_cap_ipc_lock"] = _proc_caps(fs.read("/proc/self/status"))
+    if memlock["process_cap_ipc_lock"] is None:
+        unsupported["memlock.process_cap_ipc_lock"] = "no CapEff in /proc/self/status"
     paths = ["/etc/security/limits.conf"] + fs.glob("/etc/security/limits.d/*.conf")
     for path in paths:
         memlock["configured"].extend(parse_limits_conf(fs.read(path), path))
+    chosen = {}  # system.conf, then its drop-ins by file name (systemd-system.conf(5))
+    for directory in SYSTEM_CONF_DIRS:
+        for path in fs.glob(directory + "/*.conf"):
+            chosen.setdefault(os.path.basename(path), path)
+    conf = [SYSTEM_CONF] + [chosen[name] for name in sorted(chosen)]
+    memlock["systemd_default"] = _effective_limit(fs, conf, "Manager", "DefaultLimitMEMLOCK")
+    memlock["services"] = read_job_services(fs)
     return memlock
 
 

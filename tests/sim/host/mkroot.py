@@ -60,10 +60,43 @@ Limits and services
                         Writes /sys/devices/pci0000:00/<pci>/{vendor,class,numa_node,msi_irqs/<irq>}, the links
                         /sys/bus/pci/devices/<pci> and /sys/class/net/<name>/device, and /proc/irq/<irq>/
                         {smp_affinity_list,smp_affinity,affinity_hint}. Helper: irq_device(...).
+  process_uid, process_cap_ipc_lock   /proc/self/status Uid and CapEff of the reading process (default root with
+                        every capability, as an audit run with become; false: CapEff without CAP_IPC_LOCK)
+  job_services          daemons GPU jobs run under, [] by default; each a dict (helper: job_service(...)):
+                        unit (slurmd.service, kubelet.service, containerd.service, docker.service, crio.service),
+                        limit_memlock (LimitMEMLOCK= value in the unit file: "infinity", "64M", ...; null: no such
+                        line, as containerd's and docker's upstream units), unit_dir (/lib/systemd/system), dropins
+                        ({file name: text} under /etc/systemd/system/<unit>.d/), running (a /proc/<pid> with comm,
+                        status and limits), pid, process_memlock_kb (its "Max locked memory" in KiB or "unlimited";
+                        null: what the unit gives it: limit_memlock, else systemd_default_memlock, else 8 MiB)
+  systemd_default_memlock   DefaultLimitMEMLOCK= in /etc/systemd/system.conf (null: not set)
+CPU architecture
+  arch                  x86_64 (default) or aarch64: Arm /proc/cpuinfo (no "model name"; CPU implementer and part,
+                        from arm_implementer/arm_part) and cpu*/regs/identification/midr_el1
+  arm_implementer, arm_part   MIDR fields, default 0x41 / 0xd4f (Arm Neoverse V2, the Grace CPU)
+  memory_only_numa_nodes    sizes in MiB of NUMA nodes without CPUs, after the CPU nodes (Grace Hopper: the GPU's
+                        HBM is NUMA node 1, and the driver adds empty nodes for MIG); helper: grace_hopper()
 OS and kernel
   os                    ubuntu22.04, ubuntu24.04, debian12, rhel9 or rocky9
   kernel_release, kernel_version                /proc/sys/kernel/osrelease and version, /proc/version
   hostname
+NVIDIA driver stack and PCI bus (what gpu_info reads from files; all off by default)
+  nvidia_kernel_module  version of the loaded nvidia.ko: writes /proc/driver/nvidia/version ("NVRM version: NVIDIA
+                        UNIX x86_64 Kernel Module  550.90.07 ..."); null (default): module not loaded, no file
+  nvidia_kernel_module_open   true: the open flavour's line ("NVIDIA UNIX Open Kernel Module for x86_64  ...")
+  nvidia_library_version  installed user-space driver: writes /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<version>
+                        (an empty file) and the libnvidia-ml.so.1 link to it; null (default): none
+  nvidia_pci            NVIDIA PCI functions, [] by default; each a dict (helpers: nvidia_gpus(...),
+                        nvswitches(...)): address ("0000:18:00.0"), kind (gpu: class 0x030200, vga: 0x030000,
+                        nvswitch: 0x068000, audio: 0x040300), device ("0x2330"), driver (bound driver, "nvidia";
+                        null: none), physfn (address of the physical function: an SR-IOV virtual function).
+                        Writes /sys/devices/pci0000:00/<address>/{vendor,class,device}, the driver and physfn links
+                        and /sys/bus/pci/devices/<address>
+  fabricmanager         nvidia-fabricmanager version: writes /usr/share/doc/nvidia-fabricmanager/changelog.Debian;
+                        null (default): not installed
+  fabricmanager_running an nv-fabricmanager process (/proc/<pid>/comm "nv-fabricmanage")
+  cuda_compat           cuda-compat packages, [] by default: [{cuda: "12.4", driver: "550.54.15"}] writes
+                        /usr/local/cuda-<cuda>/compat/libcuda.so.<driver>
 Kernel log
   kern_log              false: no /var/log/kern.log
   kern_log_lines        the lines of /var/log/kern.log (replaces the benign default lines)
@@ -131,11 +164,28 @@ DEFAULTS: dict[str, Any] = {
     "irqbalance": True,
     "irqbalance_installed": True,
     "irq_devices": [],
+    "process_uid": 0,
+    "process_cap_ipc_lock": True,
+    "job_services": [],
+    "systemd_default_memlock": None,
+    # CPU architecture
+    "arch": "x86_64",
+    "arm_implementer": "0x41",
+    "arm_part": "0xd4f",
+    "memory_only_numa_nodes": [],
     # OS
     "os": "ubuntu22.04",
     "kernel_release": "5.15.0-105-generic",
     "kernel_version": "#115-Ubuntu SMP Mon Apr 15 09:52:04 UTC 2024",
     "hostname": "gpu-node",
+    # NVIDIA driver stack and PCI bus
+    "nvidia_kernel_module": None,
+    "nvidia_kernel_module_open": False,
+    "nvidia_library_version": None,
+    "nvidia_pci": [],
+    "fabricmanager": None,
+    "fabricmanager_running": False,
+    "cuda_compat": [],
     # kernel log
     "kern_log": True,
     "kern_log_lines": None,
@@ -193,6 +243,57 @@ GOVERNORS = ("performance", "powersave")  # intel_pstate offers only these two
 ACPI_GOVERNORS = ("conservative", "ondemand", "userspace", "powersave", "performance", "schedutil")
 
 PID_SYSTEMD, PID_SSHD, PID_IRQBALANCE = 1, 1187, 1422
+# unit -> (process name, default pid, ExecStart) of the daemons GPU jobs run under.
+JOB_UNITS: dict[str, tuple[str, int, str]] = {
+    "slurmd.service": ("slurmd", 2101, "/usr/sbin/slurmd --systemd $SLURMD_OPTIONS"),
+    "kubelet.service": ("kubelet", 2202, "/usr/bin/kubelet"),
+    "containerd.service": ("containerd", 2303, "/usr/bin/containerd"),
+    "docker.service": ("dockerd", 2404, "/usr/bin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock"),
+    "crio.service": ("crio", 2505, "/usr/bin/crio $CRIO_CONFIG_OPTIONS"),
+}
+
+
+def job_service(
+    unit: str,
+    limit_memlock: str | None = None,
+    running: bool = True,
+    process_memlock_kb: Any = None,
+    dropins: Mapping[str, str] | None = None,
+    unit_dir: str = "/lib/systemd/system",
+) -> dict[str, Any]:
+    """A job_services entry: the unit file (with LimitMEMLOCK= when given) and, when running, its process."""
+    return {
+        "unit": unit,
+        "limit_memlock": limit_memlock,
+        "running": running,
+        "process_memlock_kb": process_memlock_kb,
+        "dropins": dict(dropins or {}),
+        "unit_dir": unit_dir,
+    }
+
+
+def grace_hopper(**extra: Any) -> dict[str, Any]:
+    """Overrides for an NVIDIA GH200 host: one 72-core Grace CPU (Arm Neoverse V2, no SMT) with 480 GiB LPDDR5X on
+    NUMA node 0, the Hopper GPU's 96 GiB HBM3 as NUMA node 1 without CPUs, and empty NUMA nodes 2-8 that the driver
+    keeps for MIG; cppc_cpufreq with no boost file."""
+    return {
+        "arch": "aarch64",
+        "sockets": 1,
+        "cores_per_socket": 72,
+        "threads_per_core": 1,
+        "cpu_mhz": 3400.0,
+        "scaling_driver": "cppc_cpufreq",
+        "boost": None,
+        "freq_min_mhz": 81,
+        "freq_max_mhz": 3429,
+        "freq_cur_mhz": 3300,
+        "mem_total_mib": 480 * 1024,
+        "mem_available_mib": 450 * 1024,
+        "memory_only_numa_nodes": [96 * 1024] + [0] * 7,
+        "os": "ubuntu22.04",
+        "kernel_release": "6.5.0-1019-nvidia-64k",
+        **extra,
+    }
 
 
 def xid_line(
@@ -299,6 +400,14 @@ def settings(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         for d in s["irq_devices"]
     ):
         raise ValueError("irq_devices must be a list of {kind: nic|gpu, pci, irqs: [..], ...}")
+    if not isinstance(s["job_services"], list) or not all(
+        isinstance(d, dict) and d.get("unit") in JOB_UNITS for d in s["job_services"]
+    ):
+        raise ValueError(f"job_services must be a list of {{unit: {'|'.join(JOB_UNITS)}, ...}}")
+    if s["arch"] not in ("x86_64", "aarch64"):
+        raise ValueError(f"arch must be x86_64 or aarch64, got {s['arch']!r}")
+    if not isinstance(s["memory_only_numa_nodes"], list):
+        raise ValueError("memory_only_numa_nodes must be a list of sizes in MiB")
     for key in ("kern_log_lines", "kern_log_extra"):
         if s[key] is not None and not (isinstance(s[key], list) and all(isinstance(x, str) for x in s[key])):
             raise ValueError(f"{key} must be a list of strings")
@@ -414,6 +523,21 @@ def write_cpus(w: _Writer, s: Mapping[str, Any], layout: list[dict[str, int]]) -
             f"fpu\t\t: yes\nflags\t\t: {flags}\nbogomips\t: 4000.00\n"
             "address sizes\t: 46 bits physical, 57 bits virtual\npower management:\n"
         )
+    if s["arch"] == "aarch64":  # arm64 prints MIDR fields, no model name, no topology (arch/arm64/kernel/cpuinfo.c)
+        features = (
+            "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop "
+            "sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs sb paca pacg dcpodp sve2 sveaes "
+            "svepmull svebitperm svesha3 svesm4 flagm2 frint svei8mm svebf16 i8mm bf16 dgh bti"
+        )
+        blocks = [
+            f"processor\t: {c['id']}\nBogoMIPS\t: 2000.00\nFeatures\t: {features}\n"
+            f"CPU implementer\t: {s['arm_implementer']}\nCPU architecture: 8\nCPU variant\t: 0x0\n"
+            f"CPU part\t: {s['arm_part']}\nCPU revision\t: 0\n"
+            for c in layout
+        ]
+        midr = (int(s["arm_implementer"], 16) << 24) | (0xF << 16) | (int(s["arm_part"], 16) << 4)
+        for c in layout:
+            w(f"/sys/devices/system/cpu/cpu{c['id']}/regs/identification/midr_el1", f"0x{midr:016x}\n")
     w("/proc/cpuinfo", "\n".join(blocks) + "\n")
     everything = f"0-{n - 1}\n" if n > 1 else "0\n"
     for name in ("online", "possible", "present"):
@@ -493,6 +617,20 @@ def write_memory(w: _Writer, s: Mapping[str, Any], layout: list[dict[str, int]])
     every = f"0-{nodes - 1}\n" if nodes > 1 else "0\n"
     for name in ("online", "possible", "has_cpu", "has_memory"):
         w("/sys/devices/system/node/" + name, every)
+    extra = [int(m) for m in s["memory_only_numa_nodes"]]
+    for i, mib in enumerate(extra):  # NUMA nodes without CPUs (a coherent GPU's memory, MIG placeholders)
+        base = f"/sys/devices/system/node/node{nodes + i}/"
+        w(base + "cpulist", "\n")
+        w(
+            base + "meminfo",
+            f"Node {nodes + i} MemTotal:       {_kb(mib)} kB\nNode {nodes + i} MemFree:        {_kb(mib)} kB\n"
+            f"Node {nodes + i} MemUsed:        0 kB\n",
+        )
+    if extra:
+        with_memory = list(range(nodes)) + [nodes + i for i, mib in enumerate(extra) if mib]
+        w("/sys/devices/system/node/online", cpulist(range(nodes + len(extra))) + "\n")
+        w("/sys/devices/system/node/possible", cpulist(range(nodes + len(extra))) + "\n")
+        w("/sys/devices/system/node/has_memory", cpulist(with_memory) + "\n")
 
     vmstat = [
         ("nr_free_pages", free // 4),
@@ -558,6 +696,17 @@ def write_limits(w: _Writer, s: Mapping[str, Any]) -> None:
         f"{a:<26}{b:<21}{c:<21}{d:<10}\n" for a, b, c, d in [("Limit", "Soft Limit", "Hard Limit", "Units")] + rows
     )
     w("/proc/self/limits", text)
+    caps = 0x000001FFFFFFFFFF if s["process_cap_ipc_lock"] else 0x000001FFFFFFFFFF & ~(1 << 14)
+    if s["process_uid"] != 0 and not s["process_cap_ipc_lock"]:
+        caps = 0
+    uid = s["process_uid"]
+    w(
+        "/proc/self/status",
+        f"Name:\tpython3\nUmask:\t0022\nState:\tR (running)\nTgid:\t4711\nPid:\t4711\nPPid:\t4700\n"
+        f"Uid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+        f"CapInh:\t0000000000000000\nCapPrm:\t{caps:016x}\nCapEff:\t{caps:016x}\n"
+        f"CapBnd:\t000001ffffffffff\nCapAmb:\t0000000000000000\n",
+    )
     w(
         "/etc/security/limits.conf",
         "# /etc/security/limits.conf\n#\n#<domain>      <type>  <item>         <value>\n#\n"
@@ -571,6 +720,61 @@ def write_limits(w: _Writer, s: Mapping[str, Any]) -> None:
             "# GPU jobs pin host memory for fast transfers (cudaHostAlloc, RDMA)\n"
             f"*    soft    memlock    {value}\n*    hard    memlock    {value}\n",
         )
+
+
+def _proc_limits_text(memlock_soft: Any, memlock_hard: Any) -> str:
+    rows = [
+        ("Max cpu time", "unlimited", "unlimited", "seconds"),
+        ("Max open files", "1048576", "1048576", "files"),
+        ("Max locked memory", _limit(memlock_soft, True), _limit(memlock_hard, True), "bytes"),
+        ("Max address space", "unlimited", "unlimited", "bytes"),
+    ]
+    return "".join(
+        f"{a:<26}{b:<21}{c:<21}{d:<10}\n" for a, b, c, d in [("Limit", "Soft Limit", "Hard Limit", "Units")] + rows
+    )
+
+
+def _systemd_kb(value: str) -> Any:
+    """KiB of a LimitMEMLOCK= value as the fixture writes them ("infinity", "64M", "8388608"); "unlimited"."""
+    value = value.split(":")[0].strip()
+    if value == "infinity":
+        return "unlimited"
+    units = {"K": 1, "M": 1024, "G": 1024 * 1024}
+    if value[-1:].upper() in units:
+        return int(value[:-1]) * units[value[-1].upper()]
+    return int(value) // 1024
+
+
+def write_job_services(w: _Writer, s: Mapping[str, Any]) -> None:
+    if s["systemd_default_memlock"] is not None:
+        w("/etc/systemd/system.conf", f"[Manager]\nDefaultLimitMEMLOCK={s['systemd_default_memlock']}\n")
+    for svc in s["job_services"]:
+        unit = svc["unit"]
+        comm, pid, exec_start = JOB_UNITS[unit]
+        lines = [f"[Unit]\nDescription={comm}\nAfter=network-online.target\n", "[Service]", f"ExecStart={exec_start}"]
+        lines += ["Type=notify", "Delegate=yes", "KillMode=process", "LimitNPROC=infinity", "LimitCORE=infinity"]
+        if svc.get("limit_memlock") is not None:
+            lines.append(f"LimitMEMLOCK={svc['limit_memlock']}")
+        w(
+            f"{svc.get('unit_dir') or '/lib/systemd/system'}/{unit}",
+            "\n".join(lines) + "\n\n[Install]\nWantedBy=multi-user.target\n",
+        )
+        limit = svc.get("limit_memlock")
+        for name, text in sorted((svc.get("dropins") or {}).items()):
+            w(f"/etc/systemd/system/{unit}.d/{name}", text)
+            for line in text.splitlines():
+                if line.strip().startswith("LimitMEMLOCK="):
+                    limit = line.split("=", 1)[1].strip() or None
+        if not svc.get("running", True):
+            continue
+        pid = int(svc.get("pid") or pid)
+        memlock = svc.get("process_memlock_kb")
+        if memlock is None:
+            source = limit if limit is not None else s["systemd_default_memlock"]
+            memlock = _systemd_kb(source) if source is not None else 8192
+        w(f"/proc/{pid}/comm", comm + "\n")
+        w(f"/proc/{pid}/status", f"Name:\t{comm}\nState:\tS (sleeping)\nTgid:\t{pid}\nPid:\t{pid}\nPPid:\t1\n")
+        w(f"/proc/{pid}/limits", _proc_limits_text(memlock, memlock))
 
 
 def write_processes(w: _Writer, s: Mapping[str, Any]) -> None:
@@ -660,6 +864,75 @@ def write_os(w: _Writer, s: Mapping[str, Any]) -> None:
     )
 
 
+PID_FABRICMANAGER = 1533
+NVIDIA_PCI_CLASSES = {"gpu": "0x030200", "vga": "0x030000", "nvswitch": "0x068000", "audio": "0x040300"}
+
+
+def nvidia_gpus(addresses: list[str], device: str = "0x2330", driver: str | None = "nvidia") -> list[dict[str, Any]]:
+    """nvidia_pci entries for GPUs (3D controllers) at ``addresses`` (sysfs form, "0000:18:00.0")."""
+    return [{"address": a, "kind": "gpu", "device": device, "driver": driver, "physfn": None} for a in addresses]
+
+
+def nvswitches(count: int = 4, device: str = "0x22a3", first_bus: int = 0x05) -> list[dict[str, Any]]:
+    """nvidia_pci entries for an HGX baseboard's NVSwitches (H100: four, device 0x22a3)."""
+    return [
+        {
+            "address": f"0000:{first_bus + i:02x}:00.0",
+            "kind": "nvswitch",
+            "device": device,
+            "driver": "nvidia",
+            "physfn": None,
+        }
+        for i in range(count)
+    ]
+
+
+def sxid_line(code: int, fatal: bool = True, pci: str = "0000:c2:00.0", switch: int = 0, text: str = "") -> str:
+    """A kern.log line of an NVSwitch SXid, as the nvidia-nvswitch driver prints it."""
+    kind = "Fatal" if fatal else "Non-fatal"
+    return f"nvidia-nvswitch{switch}: SXid (PCI:{pci}): {code}, {kind}, {text or 'Link 28 LTSSM Fault Up'}"
+
+
+def write_nvidia(w: _Writer, s: Mapping[str, Any]) -> None:
+    if s["nvidia_kernel_module"]:
+        flavour = "Open Kernel Module for x86_64" if s["nvidia_kernel_module_open"] else "x86_64 Kernel Module"
+        w(
+            "/proc/driver/nvidia/version",
+            f"NVRM version: NVIDIA UNIX {flavour}  {s['nvidia_kernel_module']}  Release Build  "
+            "(dvs-builder@U16-I3-B03-4-3)  Thu May 16 20:15:23 UTC 2024\n"
+            "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n",
+            mode=0o444,
+        )
+    if s["nvidia_library_version"]:
+        lib = f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{s['nvidia_library_version']}"
+        w(lib, "")
+        w.link("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", lib.rsplit("/", 1)[1])
+    for dev in s["nvidia_pci"]:
+        base = f"/sys/devices/pci0000:00/{dev['address']}"
+        w(base + "/vendor", "0x10de\n")
+        w(base + "/class", NVIDIA_PCI_CLASSES[dev.get("kind", "gpu")] + "\n")
+        w(base + "/device", (dev.get("device") or "0x2330") + "\n")
+        if dev.get("driver"):
+            w(f"/sys/bus/pci/drivers/{dev['driver']}/new_id", "", mode=0o200)
+            w.link(base + "/driver", f"../../../bus/pci/drivers/{dev['driver']}")
+        if dev.get("physfn"):
+            w.link(base + "/physfn", f"../{dev['physfn']}")
+        w.link(f"/sys/bus/pci/devices/{dev['address']}", f"../../../devices/pci0000:00/{dev['address']}")
+    if s["fabricmanager"]:
+        branch = str(s["fabricmanager"]).split(".")[0]
+        w(
+            "/usr/share/doc/nvidia-fabricmanager/changelog.Debian",
+            f"nvidia-fabricmanager-{branch} ({s['fabricmanager']}-1) stable; urgency=low\n\n"
+            "  * Automatically generated\n",
+        )
+    if s["fabricmanager_running"]:
+        pid = PID_FABRICMANAGER
+        w(f"/proc/{pid}/comm", "nv-fabricmanage\n")
+        w(f"/proc/{pid}/status", f"Name:\tnv-fabricmanage\nState:\tS (sleeping)\nTgid:\t{pid}\nPid:\t{pid}\nPPid:\t1\n")
+    for entry in s["cuda_compat"]:
+        w(f"/usr/local/cuda-{entry['cuda']}/compat/libcuda.so.{entry['driver']}", "")
+
+
 def write_kern_log(w: _Writer, s: Mapping[str, Any]) -> None:
     if not s["kern_log"]:
         return
@@ -688,7 +961,9 @@ def build_root(path: str | os.PathLike, overrides: Mapping[str, Any] | None = No
     write_memory(w, s, layout)
     write_limits(w, s)
     write_processes(w, s)
+    write_job_services(w, s)
     write_irqs(w, s, layout)
+    write_nvidia(w, s)
     write_os(w, s)
     write_kern_log(w, s)
     (root / MARKER).write_text(
