@@ -57,40 +57,44 @@ def diff_reports(old: dict, new: dict) -> dict[str, Any]:
         },
     }
     for name in sorted(set(old_hosts) & set(new_hosts)):
-        before, after = _results(old_hosts[name]), _results(new_hosts[name])
-        new_audited = _status(new_hosts[name]) == "ok"
-        buckets: dict[str, list[str]] = {b: [] for b in BUCKETS}
-        for rule in sorted(set(before) | set(after)):
-            was = schema.is_finding(before[rule]) if rule in before else False
-            now = schema.is_finding(after[rule]) if rule in after else False
-            if was and now:
-                buckets["unchanged"].append(rule)
-            elif now:
-                buckets["new"].append(rule)
-            elif was:
-                if new_audited and rule in after and after[rule].get("status") == "pass":
-                    buckets["fixed"].append(rule)
-                else:
-                    buckets["unverified"].append(rule)
-        rules = {}
+        result["hosts"][name] = diff_host(old_hosts[name], new_hosts[name])
         for bucket in BUCKETS:
-            for rule in buckets[bucket]:
-                src = after.get(rule) or before.get(rule) or {}
-                rules[rule] = {
-                    "title": src.get("title"),
-                    "area": src.get("area"),
-                    "severity": src.get("severity"),
-                    "old": before[rule].get("status") if rule in before else None,
-                    "new": after[rule].get("status") if rule in after else None,
-                }
-        result["hosts"][name] = {
-            **buckets,
-            "status": {"old": _status(old_hosts[name]), "new": _status(new_hosts[name])},
-            "rules": rules,
-        }
-        for bucket in BUCKETS:
-            result["totals"][bucket] += len(buckets[bucket])
+            result["totals"][bucket] += len(result["hosts"][name][bucket])
     return result
+
+
+def diff_host(old_host: Any, new_host: Any) -> dict[str, Any]:
+    """One host's findings in two reports (``hosts[name]`` of each): ``{"fixed": [rule ids], "new": [...],
+    "unchanged": [...], "unverified": [...], "status": {"old", "new"}, "rules": {rule id: {...}}}``, as in
+    ``diff_reports``. ``fixed`` means the rule passed in the new report of a host audited there (status ok); a
+    rule skipped, errored or absent there is ``unverified``. Also what ``gpufleet remediate`` reports per host."""
+    before, after = _results(old_host), _results(new_host)
+    new_audited = _status(new_host) == "ok"
+    buckets: dict[str, list[str]] = {b: [] for b in BUCKETS}
+    for rule in sorted(set(before) | set(after)):
+        was = schema.is_finding(before[rule]) if rule in before else False
+        now = schema.is_finding(after[rule]) if rule in after else False
+        if was and now:
+            buckets["unchanged"].append(rule)
+        elif now:
+            buckets["new"].append(rule)
+        elif was:
+            if new_audited and rule in after and after[rule].get("status") == "pass":
+                buckets["fixed"].append(rule)
+            else:
+                buckets["unverified"].append(rule)
+    rules = {}
+    for bucket in BUCKETS:
+        for rule in buckets[bucket]:
+            src = after.get(rule) or before.get(rule) or {}
+            rules[rule] = {
+                "title": src.get("title"),
+                "area": src.get("area"),
+                "severity": src.get("severity"),
+                "old": before[rule].get("status") if rule in before else None,
+                "new": after[rule].get("status") if rule in after else None,
+            }
+    return {**buckets, "status": {"old": _status(old_host), "new": _status(new_host)}, "rules": rules}
 
 
 def render_diff(d: dict) -> str:
