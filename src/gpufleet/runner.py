@@ -28,12 +28,23 @@ from gpufleet import paths
 
 @dataclass
 class HostResult:
-    """What one host returned: module results by task name, and how the host fared."""
+    """What one host returned, and how the host fared.
+
+    ``actions`` holds each result under the module or action plugin that produced it (its resolved FQCN, e.g.
+    ``gpufleet.tuning.audit``): what the CLI reads, so that renaming a task changes nothing. ``results`` holds the
+    same results under the task's display name, for a person or a test that ran a task of its own.
+    """
 
     name: str
     status: str = "ok"  # ok | failed | unreachable
     message: str | None = None
     results: dict[str, Any] = field(default_factory=dict)
+    actions: dict[str, Any] = field(default_factory=dict)
+
+    def record(self, task: str, action: str | None, res: dict[str, Any]) -> None:
+        self.results[task] = res
+        if action:
+            self.actions[action] = res
 
 
 @dataclass
@@ -100,6 +111,16 @@ def _host(hosts: dict[str, HostResult], name: str) -> HostResult:
     return hosts[name]
 
 
+def action_of(event_data: dict[str, Any]) -> str | None:
+    """The module or action plugin behind a task event, as a fully qualified name (``gpufleet.tuning.audit``).
+
+    ansible-runner's event data carries ``resolved_action`` (the FQCN Ansible resolved the task's action to, as
+    ansible-runner's own display uses; set in the ``runner_on_*`` events since ansible-core 2.11) and
+    ``task_action`` (the action as written in the task), used when the former is missing.
+    """
+    return event_data.get("resolved_action") or event_data.get("task_action") or None
+
+
 def _message(res: dict[str, Any]) -> str:
     msg = str(res.get("msg") or res.get("reason") or res.get("stderr") or "").strip()
     return msg.splitlines()[0] if msg else "failed"
@@ -124,8 +145,8 @@ def run_playbook(
 ) -> RunResult:
     """Run ``playbook`` (a name under the collection's ``playbooks/``, or a path) against ``inventory``.
 
-    A host's result for a task that registered with ``ignore_errors``/``ignore_unreachable`` is kept under the
-    task name even when it failed; the host's status says how it fared.
+    A host's result for a task that registered with ``ignore_errors``/``ignore_unreachable`` is kept (under the
+    task's action and its name) even when it failed; the host's status says how it fared.
     """
     import ansible_runner  # imported here: `gpufleet --help` should not pay for it
 
@@ -154,16 +175,17 @@ def run_playbook(
         kind = event.get("event")
         if name:
             task = data.get("task", "")
+            action = action_of(data)
             res = _clean(data.get("res") or {})
             if kind == "runner_on_ok":
-                _host(hosts, name).results[task] = res
+                _host(hosts, name).record(task, action, res)
             elif kind == "runner_on_failed":
                 h = _host(hosts, name)
-                h.results[task] = res
+                h.record(task, action, res)
                 h.status, h.message = "failed", f"{task}: {_message(res)}"
             elif kind == "runner_on_unreachable":
                 h = _host(hosts, name)
-                h.results[task] = {**res, "unreachable": True}
+                h.record(task, action, {**res, "unreachable": True})
                 h.status, h.message = "unreachable", _message(res)
         if on_event is not None:
             on_event(event)

@@ -138,3 +138,34 @@ def test_catalog_lists_every_rule():
     proc = gpufleet("catalog", "--markdown")
     assert proc.returncode == 0
     assert proc.stdout.count("| `") >= 33 and "`GPU-MEM-001`" in proc.stdout
+
+
+def test_results_are_found_by_module_not_by_task_name(demo_built, tmp_path, capsys):
+    """A copy of audit.yml with every task renamed still gives the CLI its progress, the per-host audit results and
+    the report: the CLI keys on the module (ansible-runner's resolved_action), never on a display name."""
+    from gpufleet import cli
+    from gpufleet.commands import audit
+    from gpufleet.runner import run_playbook
+
+    text = (REPO / "playbooks" / "audit.yml").read_text()
+    renamed = text.replace("- name: ", "- name: Renamed ")
+    assert renamed.count("- name: Renamed ") == 5 and "Renamed Audit GPU" in renamed
+    playbook = tmp_path / "audit-renamed.yml"
+    playbook.write_text(renamed)
+
+    result = run_playbook(
+        str(playbook), str(DEMO), limit="iad-h100-03", extravars={"gpufleet_report_dir": str(tmp_path / "raw")}
+    )
+    host = result.hosts["iad-h100-03"]
+    assert host.status == "ok", host.message
+    assert host.actions[audit.AUDIT_ACTION]["findings"]  # what a partial report is built from
+    assert "files" in next(
+        h.actions[audit.REPORT_ACTION] for h in result.hosts.values() if audit.REPORT_ACTION in h.actions
+    )
+
+    args = cli.build_parser().parse_args(["audit", "-i", str(DEMO), "--limit", "iad-h100-03", "--out", str(tmp_path)])
+    report, interrupted = audit.run_audit(args, tmp_path / "out", {}, ["iad-h100-03"], playbook=str(playbook))
+    assert interrupted is None and report is not None
+    assert report["hosts"]["iad-h100-03"]["status"] == "ok"
+    assert Path(report["_files"]["json"]).is_file()
+    assert "[1/1] iad-h100-03: " in capsys.readouterr().err  # Progress saw the audit module's result

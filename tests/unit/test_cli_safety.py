@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet import cli
+from gpufleet.commands import remediate
 
 
 @pytest.mark.parametrize("command", [["remediate"], ["remediate", "--check"], ["rollback"], ["rollback", "--check"]])
@@ -33,26 +34,28 @@ def test_role_overrides_reach_the_summary_and_the_terminal():
         "policy_key": "network.buffer_factor",
         "policy_value": 4.0,
     }
-    summary = cli.remediation_summary(_report("a", failing), _report("b", failing), {}, {}, False, {"h1": [override]})
+    summary = remediate.remediation_summary(
+        _report("a", failing), _report("b", failing), {}, {}, False, {"h1": [override]}
+    )
     assert summary["hosts"]["h1"]["role_overrides"] == [override]
     assert summary["hosts"]["h1"]["remaining_auto"] == ["NET-TCP-001"]
-    text = cli.render_remediation(summary)
+    text = remediate.render_remediation(summary)
     assert "network_tuning_buffer_bytes=16777216" in text
     assert "policy network.buffer_factor=4.0" in text
 
 
 def test_no_overrides_means_an_empty_list():
-    summary = cli.remediation_summary(_report("a", []), _report("b", []), {}, {}, False)
+    summary = remediate.remediation_summary(_report("a", []), _report("b", []), {}, {}, False)
     assert summary["hosts"]["h1"]["role_overrides"] == []
-    assert "role variable" not in cli.render_remediation(summary)
+    assert "role variable" not in remediate.render_remediation(summary)
 
 
 def test_refused_changes_are_reported_with_their_blocker():
     failing = [{"rule": "SW-DRV-001", "status": "fail", "fix": {"role": "nvidia_driver"}}]
     message = "driver 535.183.01 -> 550.90.07 refused: 1 compute process(es) on GPU 0; no reboot allowed"
-    summary = cli.remediation_summary(
+    summary = remediate.remediation_summary(
         _report("a", failing), _report("b", failing), {}, {}, False, None, {"h1": [message]}
     )
     assert summary["hosts"]["h1"]["blocked"] == [message]
     assert summary["hosts"]["h1"]["remaining_auto"] == ["SW-DRV-001"]
-    assert f"h1: refused: {message}" in cli.render_remediation(summary)
+    assert f"h1: refused: {message}" in remediate.render_remediation(summary)

@@ -1,0 +1,9 @@
+"""The `gpufleet` commands, one module each. A module has ``register(subparsers)``, which adds its sub-command(s)
+and sets ``func`` to the function that runs it (``args -> exit code``); options several commands share are defined
+once in ``options``."""
+
+from __future__ import annotations
+
+from gpufleet.commands import audit, catalog, remediate, report, rollback
+
+COMMANDS = (audit, remediate, rollback, report, catalog)  # in `gpufleet --help` order

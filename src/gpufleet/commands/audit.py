@@ -1,0 +1,155 @@
+"""`gpufleet audit`: run playbooks/audit.yml (read-only), show progress, print the report, exit by --fail-on.
+
+Results are found by the module that produced them (``AUDIT_ACTION``, ``REPORT_ACTION``), never by a task's
+display name: renaming a task in the playbook changes nothing here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpufleet import exits, preflight
+from gpufleet.commands import options
+from gpufleet.runner import action_of, run_playbook
+
+PLAYBOOK = "audit.yml"
+AUDIT_ACTION = "gpufleet.tuning.audit"  # one call per host: its result is the host's findings
+REPORT_ACTION = "gpufleet.tuning.audit_report"  # run once on the controller: its result names the report files
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("audit", help="audit every host (read-only) and write reports")
+    options.fleet(parser)
+    options.out(parser)
+    options.fail_on(parser)
+    options.forks(parser)
+    options.host_timeout(parser)
+    parser.set_defaults(func=run)
+
+
+class Progress:
+    """Hosts done/total and failures so far, on stderr (or ``stream``), from the audit module's events."""
+
+    def __init__(self, total: int, stream=None):
+        self.total = total
+        self.done = 0
+        self.failed = 0
+        self.stream = stream
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        data = event.get("event_data") or {}
+        if action_of(data) != AUDIT_ACTION or event.get("event") not in (
+            "runner_on_ok",
+            "runner_on_failed",
+            "runner_on_unreachable",
+        ):
+            return
+        self.done += 1
+        res = data.get("res") or {}
+        if event["event"] != "runner_on_ok" or res.get("unreachable") or res.get("failed"):
+            self.failed += 1
+            what = "unreachable" if event["event"] == "runner_on_unreachable" else "FAILED"
+            if res.get("timedout"):
+                what = "timeout"
+        else:
+            statuses = [f.get("status") for f in res.get("findings") or []]
+            what = f"{statuses.count('fail')} fail, {statuses.count('warn')} warn"
+        print(
+            f"[{self.done}/{self.total}] {data.get('host')}: {what} (failures so far: {self.failed})",
+            file=self.stream or sys.stderr,
+            flush=True,
+        )
+
+
+def partial_report(args: argparse.Namespace, out: Path, result, host_names: list[str], started_at: str) -> dict:
+    """Write the report of an interrupted audit from the results that arrived (the playbook never got to write
+    one): hosts that answered as they answered, the others ``interrupted``; ``run.complete`` is false."""
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils import fleet
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
+
+    results = {}
+    for name in host_names:
+        host = result.hosts.get(name)
+        results[name] = host.actions.get(AUDIT_ACTION) if host is not None else None
+    answered = sum(1 for r in results.values() if r is not None)
+    report = fleet.build_report(
+        results,
+        started_at=started_at,
+        inventory=str(Path(args.inventory).resolve()),
+        limit=args.limit,
+        policy_sources=[str(Path(args.policy).resolve())] if args.policy else [],
+        complete=False,
+        incomplete_reason=f"interrupted by {result.interrupted} after {answered} of {len(results)} host(s) answered",
+    )
+    files = writer.write_all(report, out)
+    report["_files"] = {k: str(v) for k, v in files.items()}
+    return report
+
+
+def run_audit(
+    args: argparse.Namespace,
+    out: Path,
+    overrides: dict[str, Any],
+    host_names: list[str],
+    label: str = "auditing",
+    playbook: str = PLAYBOOK,
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Run the audit playbook. Returns the report it wrote (report.json as a dict, plus its files under
+    ``_files``) or None, and the signal that interrupted the run (None if it ran to its end). An interrupted run
+    without a report gets a partial one, marked incomplete."""
+    from datetime import datetime, timezone
+
+    extravars = {
+        "gpufleet_report_dir": str(out),
+        "gpufleet_policy_overrides": overrides,
+        "gpufleet_policy_sources": [str(Path(args.policy).resolve())] if args.policy else [],
+    }
+    if getattr(args, "host_timeout", None):
+        extravars["gpufleet_host_timeout"] = args.host_timeout
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    print(f"gpufleet: {label} {len(host_names)} host(s) from {args.inventory}", file=sys.stderr)
+    result = run_playbook(
+        playbook,
+        args.inventory,
+        limit=args.limit,
+        forks=args.forks,
+        extravars=extravars,
+        quiet=not args.verbose,
+        on_event=Progress(len(host_names)),
+    )
+    written = next((h.actions[REPORT_ACTION] for h in result.hosts.values() if REPORT_ACTION in h.actions), None)
+    if not written or "files" not in written:
+        if result.interrupted:
+            print(f"gpufleet: interrupted ({result.interrupted}): writing a partial report", file=sys.stderr)
+            return partial_report(args, out, result, host_names, started_at), result.interrupted
+        print(
+            f"gpufleet: the run ended without a report (ansible-playbook status {result.status}, rc {result.rc})",
+            file=sys.stderr,
+        )
+        return None, None
+    report = json.loads(Path(written["files"]["json"]).read_text())
+    report["_files"] = written["files"]
+    # Interrupted after the report was written: the audit itself is complete.
+    return report, None
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out).resolve()
+    overrides, host_names = preflight.prepare(args, out)
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import terminal
+
+    report, interrupted = run_audit(args, out, overrides, host_names)
+    if report is None:
+        return exits.EXIT_HOSTS
+    files = report.pop("_files")
+    print(terminal.render_terminal(report, color=sys.stdout.isatty()))
+    for kind, path in sorted(files.items()):
+        print(f"{kind:>10}: {path}")
+    if interrupted:
+        print(f"gpufleet: interrupted by {interrupted}; the report above is partial", file=sys.stderr)
+        return exits.EXIT_INTERRUPTED
+    return exits.for_report(report, args.fail_on)

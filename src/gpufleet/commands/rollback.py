@@ -1,0 +1,54 @@
+"""`gpufleet rollback`: run playbooks/rollback.yml and say, per host, what it restored.
+
+A host's answer is the result of the rollback module (``ROLLBACK_ACTION``), found by that module, never by the
+task's display name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gpufleet import exits, paths, preflight
+from gpufleet.commands import options
+from gpufleet.runner import run_playbook
+
+PLAYBOOK = "rollback.yml"
+ROLLBACK_ACTION = "gpufleet.tuning.rollback"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("rollback", help="restore what a remediation run changed")
+    options.fleet(parser, policy=False, inventory_required=True)
+    parser.add_argument("--run", help="remediation run id (default: the newest on each host)")
+    options.check(parser, "what would be restored")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    paths.import_collection()
+    preflight.inventory_hosts(args.inventory, args.limit, {}, None)
+    extravars = {"gpufleet_rollback_run": args.run} if args.run else {}
+    result = run_playbook(
+        PLAYBOOK, args.inventory, limit=args.limit, check=args.check, extravars=extravars, quiet=not args.verbose
+    )
+    code = exits.EXIT_OK
+    unrecorded = []
+    for name, host in sorted(result.hosts.items()):
+        res = host.actions.get(ROLLBACK_ACTION) or {}
+        if host.status != "ok" and args.run and res.get("missing_record"):
+            # The run never changed this host (it was interrupted, limited or failed before it got here).
+            unrecorded.append(name)
+            print(f"{name}: run {args.run} changed nothing here (no record)")
+        elif host.status != "ok":
+            code = exits.EXIT_HOSTS
+            print(f"{name}: rollback FAILED: {host.message}")
+        else:
+            print(
+                f"{name}: run {res.get('run_id')}: restored {len(res.get('restored') or [])}, "
+                f"already as before {len(res.get('unchanged') or [])}"
+            )
+    if unrecorded and len(unrecorded) == len(result.hosts):
+        print(f"gpufleet: no host has a record of run {args.run}: is the run id right?", file=sys.stderr)
+        return exits.EXIT_HOSTS
+    return code

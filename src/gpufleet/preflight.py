@@ -1,0 +1,97 @@
+"""Checks before any host is touched: the inventory and --limit match hosts, the --policy file and every host's
+policy layers are valid, the report directory is writable. Each problem is a UsageError (exit 3)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from gpufleet import paths
+from gpufleet.exits import UsageError
+
+# Inventory variables merged, in this order, over the policy defaults (then --policy).
+POLICY_LAYERS = ("gpufleet_policy", "gpufleet_policy_group", "gpufleet_policy_host")
+
+
+def default_inventory() -> str:
+    try:
+        return str(paths.collection_root() / "inventories" / "local" / "hosts.yml")
+    except paths.CollectionNotFound:
+        return "inventories/local/hosts.yml"
+
+
+def load_policy_file(path: str | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as exc:
+        raise UsageError(f"--policy {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise UsageError(f"--policy {path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"--policy {path}: expected a mapping of policy keys, got {type(data).__name__}")
+    return data
+
+
+def inventory_hosts(inventory: str, limit: str | None, overrides: dict[str, Any], policy_file: str | None) -> list[str]:
+    """Hosts the run will touch, with each host's policy validated before anything runs."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+    from ansible.vars.manager import VariableManager
+    from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as policy_mod
+    from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
+
+    if not Path(inventory).exists():
+        raise UsageError(f"inventory not found: {inventory}")
+    loader = DataLoader()
+    inv = InventoryManager(loader=loader, sources=[inventory])
+    if limit:
+        inv.subset(limit)
+    hosts = inv.get_hosts(pattern="all")
+    if not hosts:
+        raise UsageError(f"no host matches inventory {inventory}" + (f" with --limit {limit}" if limit else ""))
+    try:
+        policy_mod.validate(overrides, known_rules=rules.BY_ID)
+    except policy_mod.PolicyError as exc:
+        raise UsageError(f"--policy {policy_file}: {exc}") from exc
+    variables = VariableManager(loader=loader, inventory=inv)
+    for host in hosts:
+        hostvars = variables.get_vars(host=host, include_hostvars=False)
+        templar = Templar(loader=loader, variables=hostvars)
+        merged: dict[str, Any] = {}
+        for layer in POLICY_LAYERS:
+            try:
+                raw = templar.template(hostvars.get(layer) or {})
+            except Exception as exc:  # an undefined variable or a template error in the inventory
+                raise UsageError(f"{host.name}: {layer}: {exc}") from exc
+            if not isinstance(raw, dict):
+                raise UsageError(f"{host.name}: {layer} must be a mapping, got {type(raw).__name__}")
+            try:
+                policy_mod.validate(raw, known_rules=rules.BY_ID)
+            except policy_mod.PolicyError as exc:
+                raise UsageError(f"{host.name}: {layer}: {exc}") from exc
+            merged = policy_mod.merge(merged, raw)
+        try:
+            policy_mod.validate(policy_mod.merge(merged, overrides), known_rules=rules.BY_ID)
+        except policy_mod.PolicyError as exc:
+            raise UsageError(f"{host.name}: merged policy: {exc}") from exc
+    return [h.name for h in hosts]
+
+
+def prepare(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[str]]:
+    """Report directory writable, policy file and every host's policy valid: before any host is touched. Returns
+    the --policy overrides and the names of the hosts the run will touch."""
+    paths.import_collection()
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
+
+    try:
+        writer.check_writable(out)
+    except (OSError, ValueError, writer.ReportDirError) as exc:
+        raise UsageError(str(exc)) from exc
+    overrides = load_policy_file(args.policy)
+    return overrides, inventory_hosts(args.inventory, args.limit, overrides, args.policy)
