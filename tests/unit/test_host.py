@@ -189,6 +189,10 @@ def test_healthy_default_root_exactly(healthy):
                 {"path": "/etc/security/limits.d/90-gpu.conf", "domain": "*", "type": "soft", "value_kb": None},
                 {"path": "/etc/security/limits.d/90-gpu.conf", "domain": "*", "type": "hard", "value_kb": None},
             ],
+            "process_uid": 0,
+            "process_cap_ipc_lock": True,
+            "systemd_default": None,
+            "services": [],
         },
         "irqbalance": {"installed": True, "running": True},
         "irq": {"devices": 0, "irqs": 0, "pinned": [], "driver_set": 0, "unreadable": 0},
@@ -640,3 +644,103 @@ def test_layout_matches_the_simulated_gpu_affinity():
     for c in mkroot.cpu_layout(mkroot.settings()):
         nodes.setdefault(c["node"], []).append(c["id"])
     assert [mkroot.cpulist(v) for _, v in sorted(nodes.items())] == ["0-55,112-167", "56-111,168-223"]
+
+
+# ------------------------------------------- issue 13: memlock where jobs run, Arm hosts
+
+
+@pytest.mark.parametrize(
+    "value, limits",
+    [
+        ("infinity", (None, None)),
+        ("64M", (65536, 65536)),
+        ("8388608", (8192, 8192)),
+        ("1G:infinity", (1048576, None)),
+        ("512K", (512, 512)),
+    ],
+)
+def test_parse_systemd_limit(value, limits):
+    assert h.parse_systemd_limit(value) == limits
+
+
+def test_parse_systemd_limit_rejects_junk():
+    with pytest.raises(ValueError):
+        h.parse_systemd_limit("lots")
+
+
+def test_unit_assignments_only_in_their_section_in_order():
+    text = "[Unit]\nLimitMEMLOCK=1\n[Service]\n# LimitMEMLOCK=2\nLimitMEMLOCK=64M\n; x\n"
+    text += "LimitMEMLOCK=\nLimitMEMLOCK=infinity\n"
+    assert h.unit_assignments(text, "Service", "LimitMEMLOCK") == ["64M", "", "infinity"]
+
+
+def test_job_services_units_dropins_default_and_processes(tmp_path):
+    root = mkroot.build_root(
+        tmp_path / "r",
+        {
+            "systemd_default_memlock": "64M",
+            "job_services": [
+                # containerd's upstream unit has no LimitMEMLOCK: DefaultLimitMEMLOCK applies to the process
+                mkroot.job_service("containerd.service"),
+                # an override drop-in wins over the packaged unit's line
+                mkroot.job_service(
+                    "slurmd.service", "16M", dropins={"override.conf": "[Service]\nLimitMEMLOCK=infinity\n"}
+                ),
+                mkroot.job_service("kubelet.service", running=False),
+            ],
+        },
+    )
+    mem = h.collect(HostFS(str(root)), sample_seconds=0, kernel_log="none")["memlock"]
+    assert mem["systemd_default"] == {"soft_kb": 65536, "hard_kb": 65536, "source": "/etc/systemd/system.conf"}
+    by_unit = {s["unit"]: s for s in mem["services"]}
+    assert list(by_unit) == ["slurmd.service", "kubelet.service", "containerd.service"]
+    assert by_unit["containerd.service"]["limit"] is None
+    assert by_unit["containerd.service"]["processes"] == [
+        {"pid": 2303, "soft_kb": 65536, "hard_kb": 65536, "error": None}
+    ]
+    slurmd = by_unit["slurmd.service"]
+    assert slurmd["limit"] == {
+        "soft_kb": None,
+        "hard_kb": None,
+        "source": "/etc/systemd/system/slurmd.service.d/override.conf",
+    }
+    assert slurmd["dropins"] == ["/etc/systemd/system/slurmd.service.d/override.conf"]
+    assert by_unit["kubelet.service"]["processes"] == []
+
+
+def test_masked_unit_is_absent_and_process_caps_are_read(tmp_path):
+    root = mkroot.build_root(
+        tmp_path / "r",
+        {
+            "job_services": [mkroot.job_service("docker.service", running=False)],
+            "process_uid": 1000,
+            "process_cap_ipc_lock": False,
+        },
+    )
+    (root / "etc/systemd/system").mkdir(parents=True, exist_ok=True)
+    (root / "etc/systemd/system/docker.service").symlink_to("/dev/null")
+    mem = h.collect(HostFS(str(root)), sample_seconds=0, kernel_log="none")["memlock"]
+    assert mem["services"] == []
+    assert (mem["process_uid"], mem["process_cap_ipc_lock"]) == (1000, False)
+
+
+def test_arm_cpuinfo_model_from_implementer_and_part():
+    blocks = h.parse_cpuinfo("processor\t: 0\nBogoMIPS\t: 2000.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f\n")
+    assert h.cpu_model(blocks) == "ARM Neoverse-V2"
+    assert h.arm_cpu_model("0x4e", "0x004") == "NVIDIA part 0x004"
+
+
+def test_grace_hopper_root(tmp_path):
+    """GH200: 72 Neoverse V2 cores, no SMT, one NUMA node with CPUs and CPU-less nodes for the GPU's memory."""
+    root = mkroot.build_root(tmp_path / "gh", mkroot.grace_hopper())
+    facts = h.collect(HostFS(str(root)), sample_seconds=0, kernel_log="none")
+    cpu = facts["cpu"]
+    assert (cpu["model"], cpu["sockets"], cpu["cores"], cpu["threads"]) == ("ARM Neoverse-V2", 1, 72, 72)
+    assert cpu["scaling_driver"] == "cppc_cpufreq" and cpu["governors"] == {"performance": "0-71"}
+    nodes = facts["numa"]["nodes"]
+    assert [(n["id"], n["cpus"]) for n in nodes[:2]] == [(0, "0-71"), (1, "")]
+    assert nodes[1]["memory_total_mib"] == 96 * 1024 and len(nodes) == 9
+    assert "cpu.model" not in facts["unsupported"]
+    # Without /proc/cpuinfo's MIDR fields, sysfs midr_el1 names the CPU too.
+    (root / "proc/cpuinfo").write_text("processor\t: 0\n\n")
+    assert h.collect(HostFS(str(root)), sample_seconds=0, kernel_log="none")["cpu"]["model"] == "ARM Neoverse-V2"
