@@ -44,6 +44,8 @@ nvmlDeviceGetCpuAffinity nvmlDeviceGetNumaNodeId nvmlDeviceGetComputeRunningProc
 nvmlDeviceGetComputeRunningProcesses_v2 nvmlDeviceSetPersistenceMode nvmlDeviceSetPowerManagementLimit
 nvmlDeviceSetComputeMode nvmlDeviceSetApplicationsClocks nvmlDeviceResetApplicationsClocks nvmlDeviceSetGpuLockedClocks
 nvmlDeviceResetGpuLockedClocks nvmlDeviceSetEccMode nvmlDeviceSetMigMode
+nvmlDeviceGetNvLinkErrorCounter nvmlDeviceGetPcieReplayCounter nvmlDeviceGetVbiosVersion nvmlDeviceGetGpuFabricInfo
+nvmlDeviceGetGpuFabricInfoV nvmlDeviceGetFieldValues
 """.split()
 
 # Code run at the top of every child: helpers around the unmodified pynvml.
@@ -320,6 +322,20 @@ for i in range(r["gpu_count"]):
     else:
         r[p + "nvlink_count"] = len(links)
         r[p + "nvlink_down"] = ",".join(str(k) for k, s in enumerate(links) if s == 0)
+    for c, name in enumerate(["replay", "recovery", "crc_flit", "crc_data", "ecc_data"]):
+        vals = [res(N.nvmlDeviceGetNvLinkErrorCounter, h, link, c) for link in range(max(len(links), 1))]
+        while len(vals) > 1 and vals[-1] == 0:
+            vals.pop()
+        r[p + "nvlink_" + name] = vals[0] if isinstance(vals[0], str) else ",".join(map(str, vals))
+    pr = res(N.nvmlDeviceGetPcieReplayCounter, h)
+    r[p + "pcie_replay"] = pr if isinstance(pr, str) else str(pr)
+    fab = N.c_nvmlGpuFabricInfoV_t()
+    fr = res(N.nvmlDeviceGetGpuFabricInfoV, h, ctypes.byref(fab))
+    for k, v in (("state", fab.state), ("status", fab.status), ("health_mask", fab.healthMask)):
+        r[p + "fabric_" + k] = fr if isinstance(fr, str) else v
+    fv = N.nvmlDeviceGetFieldValues(h, [N.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])[0]
+    r[p + "recovery_action"] = fv.value.uiVal if fv.nvmlReturn == 0 else "!" + type(N.NVMLError(fv.nvmlReturn)).__name__
+    put("vbios_version", N.nvmlDeviceGetVbiosVersion)
     r[p + "cpu_affinity"] = cpulist(N.nvmlDeviceGetCpuAffinity(h, 4))
     put("numa_node", N.nvmlDeviceGetNumaNodeId)
     for name, f in (("processes", N.nvmlDeviceGetComputeRunningProcesses),
@@ -332,7 +348,11 @@ N.nvmlShutdown()
 out(r)
 """
 
-NO_GETTER = {"locked_clock_min", "locked_clock_max", "lost"}
+# No getter of their own: locked clocks and "lost"; rates (seen as a counter's rise, test_health_getters_*), the
+# fabric clique id and health summary (read with fabric_state, asserted there).
+NO_GETTER = {"locked_clock_min", "locked_clock_max", "lost", "fabric_clique_id", "fabric_health_summary"} | {
+    k + "_per_s" for k in profiles.COUNTER_KEYS
+}
 
 
 def _normalize(key, value):
@@ -479,6 +499,12 @@ CALLS = {
     "nvmlDeviceGetNumaNodeId": lambda h: N.nvmlDeviceGetNumaNodeId(h),
     "nvmlDeviceGetComputeRunningProcesses_v3": lambda h: len(N.nvmlDeviceGetComputeRunningProcesses_v3(h)),
     "nvmlDeviceGetComputeRunningProcesses_v2": lambda h: len(N.nvmlDeviceGetComputeRunningProcesses_v2(h)),
+    "nvmlDeviceGetNvLinkErrorCounter": lambda h: N.nvmlDeviceGetNvLinkErrorCounter(h, 0, 0),
+    "nvmlDeviceGetPcieReplayCounter": lambda h: N.nvmlDeviceGetPcieReplayCounter(h),
+    "nvmlDeviceGetVbiosVersion": lambda h: N.nvmlDeviceGetVbiosVersion(h),
+    "nvmlDeviceGetGpuFabricInfo": lambda h: N.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(N.c_nvmlGpuFabricInfo_t())),
+    "nvmlDeviceGetGpuFabricInfoV": lambda h: N.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(N.c_nvmlGpuFabricInfoV_t())),
+    "nvmlDeviceGetFieldValues": lambda h: N.nvmlDeviceGetFieldValues(h, [230])[0].value.uiVal,
     "nvmlDeviceSetPersistenceMode": lambda h: N.nvmlDeviceSetPersistenceMode(h, 1),
     "nvmlDeviceSetPowerManagementLimit": lambda h: N.nvmlDeviceSetPowerManagementLimit(h, 700000),
     "nvmlDeviceSetComputeMode": lambda h: N.nvmlDeviceSetComputeMode(h, 0),
@@ -781,6 +807,102 @@ def test_l40s_not_supported(libdir, sdir):
     """,
     )
     assert r == ["!NVMLError_NotSupported"] * 3 + [[9001, 5001, 810, 405], 155]
+
+
+def test_health_getters_healthy_profiles(libdir, sdir):
+    """NVLink error counters, PCIe replays, GPU fabric, recovery action and VBIOS: h100 (HGX, NVSwitch) reports its
+    fabric completed and zero errors, a100 has no fabric probe, l40s neither NVLink nor fabric."""
+    code = """
+        N.nvmlInit()
+        h = N.nvmlDeviceGetHandleByIndex(1)
+        fab = N.c_nvmlGpuFabricInfoV_t()
+        fr = res(N.nvmlDeviceGetGpuFabricInfoV, h, ctypes.byref(fab))
+        old = N.c_nvmlGpuFabricInfo_t()
+        fo = res(N.nvmlDeviceGetGpuFabricInfo, h, ctypes.byref(old))
+        fv = N.nvmlDeviceGetFieldValues(h, [N.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, N.NVML_FI_DEV_PCIE_REPLAY_COUNTER])
+        out({
+            "crc": [res(N.nvmlDeviceGetNvLinkErrorCounter, h, 0, c) for c in range(4)],
+            "replay": res(N.nvmlDeviceGetPcieReplayCounter, h),
+            "vbios": res(N.nvmlDeviceGetVbiosVersion, h),
+            "fabric": fr if fr == "!NVMLError_NotSupported" else [fab.state, fab.status, fab.healthMask],
+            "fabric_old": fo if fo == "!NVMLError_NotSupported" else [old.state, old.status],
+            "recovery": [fv[0].nvmlReturn, fv[0].value.uiVal, fv[1].nvmlReturn],
+        })
+    """
+    h100 = run_child(libdir, make_state(sdir, "h100", 2), code)
+    assert h100 == {
+        "crc": [0, 0, 0, 0],
+        "replay": 0,
+        "vbios": "96.00.5E.00.01",
+        "fabric": [3, 0, 0],
+        "fabric_old": [3, 0],
+        "recovery": [0, 0, 3],  # other fields: NotSupported in their own slot
+    }
+    a100 = run_child(libdir, make_state(sdir, "a100", 2, name="a.state"), code)
+    assert a100["crc"] == [0, 0, 0, 0] and a100["fabric"] == a100["fabric_old"] == "!NVMLError_NotSupported"
+    l40s = run_child(libdir, make_state(sdir, "l40s", 2, name="l.state"), code)
+    assert l40s["crc"] == ["!NVMLError_NotSupported"] * 4 and l40s["fabric"] == "!NVMLError_NotSupported"
+    assert l40s["replay"] == 0 and l40s["recovery"] == [0, 0, 3]
+
+
+def test_health_getters_faults_and_rates(libdir, sdir):
+    """Counters rise at <key>_per_s since nvmlInit; fabric status/health mask, recovery action and argument checks."""
+    state = make_state(
+        sdir,
+        "h100",
+        2,
+        [
+            "gpu.0.nvlink_replay=0,7",
+            "gpu.0.nvlink_crc_flit_per_s=0,0,400",
+            "gpu.0.pcie_replay=4294967290",
+            "gpu.0.pcie_replay_per_s=100",
+            "gpu.0.fabric_status=NotSupported",
+            "gpu.0.fabric_health_mask=0x211",
+            "gpu.0.recovery_action=4",
+            "gpu.1.fabric_state=1",
+            "gpu.1.recovery_action=",
+        ],
+    )
+    r = run_child(
+        libdir,
+        state,
+        """
+        import time
+        N.nvmlInit()
+        h0, h1 = N.nvmlDeviceGetHandleByIndex(0), N.nvmlDeviceGetHandleByIndex(1)
+        c0 = N.nvmlDeviceGetNvLinkErrorCounter(h0, 2, N.NVML_NVLINK_ERROR_DL_CRC_FLIT)
+        time.sleep(0.25)
+        c1 = N.nvmlDeviceGetNvLinkErrorCounter(h0, 2, N.NVML_NVLINK_ERROR_DL_CRC_FLIT)
+        fab = N.c_nvmlGpuFabricInfoV_t()
+        N.nvmlDeviceGetGpuFabricInfoV(h0, ctypes.byref(fab))
+        fab1 = N.c_nvmlGpuFabricInfoV_t()
+        N.nvmlDeviceGetGpuFabricInfoV(h1, ctypes.byref(fab1))
+        bad = N.c_nvmlGpuFabricInfoV_t()
+        bad.version = 0x01000024
+        fv0 = N.nvmlDeviceGetFieldValues(h0, [N.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])[0]
+        fv1 = N.nvmlDeviceGetFieldValues(h1, [N.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])[0]
+        out({
+            "replay_link1": N.nvmlDeviceGetNvLinkErrorCounter(h0, 1, N.NVML_NVLINK_ERROR_DL_REPLAY),
+            "crc_rise": c1 - c0,
+            "pcie": N.nvmlDeviceGetPcieReplayCounter(h0),
+            "fabric0": [fab.state, fab.status, fab.healthMask],
+            "fabric1": [fab1.state, fab1.status],
+            "bad_version": res(N.nvmlDeviceGetGpuFabricInfoV, h0, ctypes.byref(bad)),
+            "rec": [fv0.nvmlReturn, fv0.value.uiVal, fv1.nvmlReturn],
+            "bad_link": res(N.nvmlDeviceGetNvLinkErrorCounter, h0, 18, 0),
+            "bad_counter": res(N.nvmlDeviceGetNvLinkErrorCounter, h0, 0, 9),
+            "short_vbios": ctypes.CDLL("libnvidia-ml.so.1").nvmlDeviceGetVbiosVersion(h0, ctypes.create_string_buffer(4), 4),
+        })
+    """,
+    )
+    assert r["replay_link1"] == 7
+    assert 60 <= r["crc_rise"] <= 200  # 400/s over ~0.25 s
+    assert r["pcie"] < 4294967290  # 32-bit: wrapped past 2^32 within the first 60 ms
+    assert r["fabric0"] == [3, 3, 0x211] and r["fabric1"] == [1, 0]
+    assert r["bad_version"] == "!NVMLError_ArgumentVersionMismatch"
+    assert r["rec"] == [0, 4, 3]
+    assert r["bad_link"] == r["bad_counter"] == "!NVMLError_InvalidArgument"
+    assert r["short_vbios"] == 7  # InsufficientSize
 
 
 # ---------------------------------------------------------------------------------------------------------------------

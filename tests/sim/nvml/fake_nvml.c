@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Everything the header declares is exported; everything else is static or hidden (-fvisibility=hidden). */
@@ -269,6 +270,7 @@ static const struct {
     {"InUse", NVML_ERROR_IN_USE},
     {"Memory", NVML_ERROR_MEMORY},
     {"NoData", NVML_ERROR_NO_DATA},
+    {"ArgumentVersionMismatch", NVML_ERROR_ARGUMENT_VERSION_MISMATCH},
     {"Unknown", NVML_ERROR_UNKNOWN},
 };
 
@@ -295,6 +297,14 @@ struct nvmlDevice_st {
 };
 static struct nvmlDevice_st g_devs[MAX_GPUS];
 static int g_refcount;
+static struct timespec g_t0; /* first successful init: the clock of the "<counter>_per_s" keys */
+
+static double seconds_since_init(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - g_t0.tv_sec) + (double)(now.tv_nsec - g_t0.tv_nsec) / 1e9;
+}
 
 static int handle_index(nvmlDevice_t dev)
 {
@@ -624,8 +634,8 @@ static nvmlReturn_t do_init(const char *fn)
 {
     struct call c;
     nvmlReturn_t r = enter(&c, fn, F_NO_INIT);
-    if (r == NVML_SUCCESS)
-        __atomic_add_fetch(&g_refcount, 1, __ATOMIC_SEQ_CST);
+    if (r == NVML_SUCCESS && __atomic_add_fetch(&g_refcount, 1, __ATOMIC_SEQ_CST) == 1)
+        clock_gettime(CLOCK_MONOTONIC, &g_t0);
     return leave(&c, r);
 }
 
@@ -1290,6 +1300,172 @@ nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nv
             r = NVML_ERROR_UNKNOWN;
         else
             *isActive = down == 1 ? NVML_FEATURE_DISABLED : NVML_FEATURE_ENABLED;
+    }
+    return leave(&c, r);
+}
+
+/* Item i of a comma list of numbers ("0,0,5": item 2 is 5; items past the end are 0).
+ * Absent or empty key: NotSupported; malformed: Unknown. */
+static nvmlReturn_t list_item(const struct call *c, const char *key, unsigned int i, unsigned long long *out)
+{
+    unsigned long long vals[64];
+    const char *v = get(c, key);
+    long n;
+    if (!v || !*v)
+        return NVML_ERROR_NOT_SUPPORTED;
+    n = parse_num_list(v, vals, 64);
+    if (n < 0)
+        return NVML_ERROR_UNKNOWN;
+    *out = (i < 64 && (long)i < n) ? vals[i] : 0;
+    return NVML_SUCCESS;
+}
+
+/* A cumulative hardware counter: "<key>" (comma list, item i) plus "<key>_per_s" (comma list, item i:
+ * increase per second since the process's first nvmlInit; absent = 0), so two reads some time apart
+ * see the counter rise as a real one does. */
+static nvmlReturn_t counter(const struct call *c, const char *key, unsigned int i, unsigned long long *out)
+{
+    char rate_key[KEY_MAX];
+    unsigned long long base = 0, rate = 0;
+    nvmlReturn_t r = list_item(c, key, i, &base);
+    if (r != NVML_SUCCESS)
+        return r;
+    snprintf(rate_key, sizeof(rate_key), "%s_per_s", key);
+    r = list_item(c, rate_key, i, &rate);
+    if (r == NVML_ERROR_UNKNOWN)
+        return r;
+    *out = base + (r == NVML_SUCCESS ? (unsigned long long)((double)rate * seconds_since_init()) : 0);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link, nvmlNvLinkErrorCounter_t counter_id,
+                                             unsigned long long *counterValue)
+{
+    static const char *const keys[] = {"nvlink_replay", "nvlink_recovery", "nvlink_crc_flit", "nvlink_crc_data",
+                                       "nvlink_ecc_data"};
+    struct call c;
+    unsigned int n = 0;
+    nvmlReturn_t r = enter_dev(&c, __func__, device, F_NONE);
+    if (r == NVML_SUCCESS && !counterValue)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        r = get_uint(&c, "nvlink_count", &n);
+    if (r == NVML_SUCCESS && n == 0)
+        r = NVML_ERROR_NOT_SUPPORTED;
+    if (r == NVML_SUCCESS && (link >= n || (unsigned int)counter_id >= sizeof(keys) / sizeof(keys[0])))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        r = counter(&c, keys[counter_id], link, counterValue);
+    return leave(&c, r);
+}
+
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value)
+{
+    struct call c;
+    unsigned long long v = 0;
+    nvmlReturn_t r = enter_dev(&c, __func__, device, F_NONE);
+    if (r == NVML_SUCCESS && !value)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        r = counter(&c, "pcie_replay", 0, &v);
+    if (r == NVML_SUCCESS)
+        *value = (unsigned int)v; /* a 32-bit counter in NVML: it wraps */
+    return leave(&c, r);
+}
+
+nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length)
+{
+    return dev_str(__func__, device, "vbios_version", version, length);
+}
+
+/* Fabric probe state, error status and (V) health mask/summary: "fabric_state" absent = NotSupported. */
+static nvmlReturn_t fabric(const struct call *c, nvmlReturn_t *status, unsigned int *clique, unsigned char *state,
+                           unsigned int *mask, unsigned char *summary)
+{
+    unsigned int st = 0, v = 0;
+    nvmlReturn_t r = get_uint(c, "fabric_state", &st);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (st > 255)
+        return NVML_ERROR_UNKNOWN;
+    *state = (unsigned char)st;
+    *status = parse_error(get(c, "fabric_status"));
+    *clique = get_uint(c, "fabric_clique_id", &v) == NVML_SUCCESS ? v : 0;
+    if (mask)
+        *mask = get_uint(c, "fabric_health_mask", &v) == NVML_SUCCESS ? v : 0;
+    if (summary)
+        *summary = get_uint(c, "fabric_health_summary", &v) == NVML_SUCCESS ? (unsigned char)v : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *gpuFabricInfo)
+{
+    struct call c;
+    nvmlReturn_t r = enter_dev(&c, __func__, device, F_NONE);
+    if (r == NVML_SUCCESS && !gpuFabricInfo)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS) {
+        nvmlGpuFabricInfo_t out;
+        memset(&out, 0, sizeof(out));
+        r = fabric(&c, &out.status, &out.cliqueId, &out.state, NULL, NULL);
+        if (r == NVML_SUCCESS)
+            *gpuFabricInfo = out;
+    }
+    return leave(&c, r);
+}
+
+/* Accepts nvmlGpuFabricInfo_v2 (what pynvml passes) and _v3 (nvmlGpuFabricInfoV_t in nvml.h). */
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *gpuFabricInfo)
+{
+    struct call c;
+    nvmlReturn_t r = enter_dev(&c, __func__, device, F_NONE);
+    if (r == NVML_SUCCESS && !gpuFabricInfo)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS && gpuFabricInfo->version != nvmlGpuFabricInfo_v2 &&
+        gpuFabricInfo->version != nvmlGpuFabricInfo_v3)
+        r = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (r == NVML_SUCCESS && gpuFabricInfo->version == nvmlGpuFabricInfo_v2) {
+        nvmlGpuFabricInfo_v2_t out;
+        memset(&out, 0, sizeof(out));
+        out.version = nvmlGpuFabricInfo_v2;
+        r = fabric(&c, &out.status, &out.cliqueId, &out.state, &out.healthMask, NULL);
+        if (r == NVML_SUCCESS)
+            memcpy(gpuFabricInfo, &out, sizeof(out));
+    } else if (r == NVML_SUCCESS) {
+        nvmlGpuFabricInfo_v3_t out;
+        memset(&out, 0, sizeof(out));
+        out.version = nvmlGpuFabricInfo_v3;
+        r = fabric(&c, &out.status, &out.cliqueId, &out.state, &out.healthMask, &out.healthSummary);
+        if (r == NVML_SUCCESS)
+            *gpuFabricInfo = out;
+    }
+    return leave(&c, r);
+}
+
+/* Field values: only NVML_FI_DEV_GET_GPU_RECOVERY_ACTION ("recovery_action") is simulated; every other
+ * field comes back with nvmlReturn NotSupported in its own slot, as NVML does for fields a GPU lacks. */
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
+{
+    struct call c;
+    int i;
+    nvmlReturn_t r = enter_dev(&c, __func__, device, F_NONE);
+    if (r == NVML_SUCCESS && (valuesCount < 0 || (valuesCount > 0 && !values)))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    for (i = 0; r == NVML_SUCCESS && i < valuesCount; i++) {
+        struct timespec now;
+        unsigned int v = 0;
+        nvmlFieldValue_t *f = &values[i];
+        clock_gettime(CLOCK_REALTIME, &now);
+        f->timestamp = (long long)now.tv_sec * 1000000LL + now.tv_nsec / 1000;
+        f->latencyUsec = 0;
+        f->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+        memset(&f->value, 0, sizeof(f->value));
+        if (f->fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
+            f->nvmlReturn = get_uint(&c, "recovery_action", &v);
+            f->value.uiVal = v;
+        } else {
+            f->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
     }
     return leave(&c, r);
 }

@@ -52,6 +52,7 @@ ERROR_CODES: dict[str, int] = {
     "InUse": 19,
     "Memory": 20,
     "NoData": 21,
+    "ArgumentVersionMismatch": 25,
     "Unknown": 999,
 }
 
@@ -64,6 +65,12 @@ DRIVERS: dict[str, dict[str, str]] = {
 CUDA_BY_BRANCH: dict[str, str] = {"535": "12020", "550": "12040", "560": "12060", "570": "12080", "580": "13000"}
 
 SYSTEM_KEYS = ("driver_version", "nvml_version", "cuda_driver_version", "require_root", "gpu_count", "missing")
+
+# Cumulative counters: "<key>" is a comma list (item i = NVLink link i; one item for pcie_replay) and
+# "<key>_per_s" the same list of increases per second since nvmlInit, so that two reads apart see it rise.
+COUNTER_KEYS = (
+    "pcie_replay", "nvlink_replay", "nvlink_recovery", "nvlink_crc_flit", "nvlink_crc_data", "nvlink_ecc_data",
+)  # fmt: skip
 
 # Per-GPU keys, in file order.  "lost" is never written by a profile (absent = not lost).
 GPU_KEYS = (
@@ -84,10 +91,13 @@ GPU_KEYS = (
     "temperature", "temp_slowdown", "temp_shutdown", "temp_gpu_max", "temp_mem_max",
     "pcie_gen_current", "pcie_width_current", "pcie_gen_max", "pcie_width_max",
     "compute_mode", "mig_current", "mig_pending", "nvlink_count", "nvlink_down",
+    *(k + rate for k in COUNTER_KEYS for rate in ("", "_per_s")),
+    "fabric_state", "fabric_status", "fabric_clique_id", "fabric_health_mask", "fabric_health_summary",
+    "recovery_action", "vbios_version",
     "cpu_affinity", "numa_node", "processes", "lost",
 )  # fmt: skip
 
-_STRING_KEYS = {"name", "uuid", "serial", "driver_version", "nvml_version", "missing"}
+_STRING_KEYS = {"name", "uuid", "serial", "driver_version", "nvml_version", "missing", "vbios_version"}
 _NUM = r"(?:0[xX][0-9a-fA-F]+|\d+)"
 _FORMATS = {
     "pci_bus_id": re.compile(r"[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7]"),
@@ -96,6 +106,7 @@ _FORMATS = {
     "nvlink_down": re.compile(r"(?:\d+(?:\s*,\s*\d+)*)?"),
     "processes": re.compile(r"(?:\d+:\d+(?:\s*,\s*\d+:\d+)*)?"),
     "cpu_affinity": re.compile(r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*"),
+    **{k + rate: re.compile(r"\d+(?:\s*,\s*\d+)*") for k in COUNTER_KEYS for rate in ("", "_per_s")},
 }
 _INT = re.compile(_NUM)
 
@@ -145,6 +156,9 @@ PROFILES: dict[str, dict[str, str]] = {
         "mig_pending": "0",
         "nvlink_count": "12",
         "nvlink_down": "",
+        **{k: "0" for k in COUNTER_KEYS if k.startswith("nvlink_")},
+        # A100 has no GPU fabric probe (nvmlDeviceGetGpuFabricInfo is Hopper+): fabric_* absent = NotSupported.
+        "vbios_version": "92.00.45.00.06",
         "remapped_corrected": "0",
         "remapped_uncorrected": "0",
         "remapped_pending": "0",
@@ -185,6 +199,13 @@ PROFILES: dict[str, dict[str, str]] = {
         "mig_pending": "0",
         "nvlink_count": "18",
         "nvlink_down": "",
+        **{k: "0" for k in COUNTER_KEYS if k.startswith("nvlink_")},
+        # HGX H100 with NVSwitch and a running fabric manager: probe completed, status success. Health mask 0:
+        # every health field "not supported", as drivers report that predate the mask bits.
+        "fabric_state": "3",
+        "fabric_status": "0",
+        "fabric_health_mask": "0",
+        "vbios_version": "96.00.5E.00.01",
         "remapped_corrected": "0",
         "remapped_uncorrected": "0",
         "remapped_pending": "0",
@@ -225,6 +246,8 @@ PROFILES: dict[str, dict[str, str]] = {
         "remapped_uncorrected": "0",
         "remapped_pending": "0",
         "remapped_failure": "0",
+        # No NVLink (nvlink_* absent: NotSupported) and no GPU fabric (fabric_* absent: NotSupported).
+        "vbios_version": "95.02.66.00.02",
         "_idle_power_mw": "34000",
         "_idle_temp": "30",
         "_serial_prefix": "1324",
@@ -280,6 +303,8 @@ def _gpu_values(profile: str, spec: Mapping[str, str], i: int, gpus: int, seed: 
         "pcie_gen_current": "1",  # idle GPUs train down; not a fault
         "pcie_width_current": spec["pcie_width_max"],
         "compute_mode": "0",
+        "pcie_replay": "0",
+        "recovery_action": "0",  # NVML_GPU_RECOVERY_ACTION_NONE
         "cpu_affinity": NUMA_CPUS[node],
         "numa_node": str(node),
         "processes": "",
@@ -302,6 +327,10 @@ def _check_value(key: str, value: str) -> None:
             raise ValueError(f"{key}: unknown error {value!r} (use one of {', '.join(ERROR_CODES)} or a number)")
         return
     base = key.rsplit(".", 1)[-1] if key.startswith("gpu.") else key
+    if base == "fabric_status":  # an NVML return code: 0 (success), a number or an error name
+        if value not in ERROR_CODES and not value.isdigit():
+            raise ValueError(f"{key}: unknown status {value!r} (use 0, a number or one of {', '.join(ERROR_CODES)})")
+        return
     if base in _STRING_KEYS:
         return
     pattern = _FORMATS.get(base, _INT)
