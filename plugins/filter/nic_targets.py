@@ -12,9 +12,14 @@ version_added: "0.2.0"
 description:
   - Takes a NIC as M(gpufleet.tuning.nic_info) reports it and returns the C(mtu), C(offloads) and C(rings)
     arguments for M(gpufleet.tuning.nic_settings), each only when it should be passed.
-  - MTU - an explicit O(mtu) is set as given; otherwise the NIC is raised to O(min_mtu) when below it and never
-    lowered (the NET-MTU-001 threshold). Offloads - only features the NIC has and can change. Rings - C(max) or a
-    number per side.
+  - MTU - an explicit O(mtu) is set as given; otherwise what NET-MTU-001 judges, by the audit's own function
+    (rules.network.mtu_expectation) - the MTU O(mtu_policy) declares for the NIC's name or glob is set exactly
+    (raised or lowered: the network's MTU), else the NIC is raised to O(min_mtu) when below it and never lowered;
+    with neither declared the MTU is left alone (the audit then flags only an MTU below 1280, and only the
+    operator knows the network's MTU). Offloads - only features the NIC has and can change.
+  - Rings - C(max) or a number per side, only on a NIC whose receive-ring drop counters NET-RING-001 flags
+    (rules.network.ring_drops - growing between the two readings, or counted since the driver loaded), unless
+    O(rings_only_with_drops=false) makes it a sizing choice.
   - Fields in O(apply) get their target. Fields in O(keep) (enabled, but not selected by the run's tags) are
     passed only where the NIC already has the target, so the call changes nothing on them and the boot-time
     persistence that nic_settings writes still carries them (it writes all the fields of one call to one file).
@@ -27,10 +32,12 @@ options:
   mtu:
     description: Explicit MTU (a user's variable); null to use O(min_mtu).
     type: int
+  mtu_policy:
+    description: The policy's C(network.mtu) (name or glob to MTU).
+    type: dict
   min_mtu:
-    description: The policy's C(network.min_mtu).
+    description: The policy's C(network.min_mtu) (null - none).
     type: int
-    default: 1500
   offloads:
     description: Feature (ethtool -k long name) to wanted state.
     type: dict
@@ -41,6 +48,10 @@ options:
   rings:
     description: C(rx), C(tx) to C(max) or a number.
     type: dict
+  rings_only_with_drops:
+    description: Pass rings only for a NIC with ring-drop evidence (what NET-RING-001 flags).
+    type: bool
+    default: true
   apply:
     description: Fields to set (C(mtu), C(offloads), C(rings)).
     type: list
@@ -64,17 +75,21 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.network import mtu_expectation, ring_drops
 
 FIELDS = ("mtu", "offloads", "rings")
 
 
-def _mtu(nic, mtu, min_mtu):
+def _mtu(nic, mtu, mtu_policy, min_mtu):
     current = nic.get("mtu")
     if mtu is not None:
         return int(mtu)
-    if current is None or int(current) <= int(min_mtu):
-        return int(min_mtu)
-    return None  # above the policy's minimum: never lowered, not ours
+    exp = mtu_expectation({"mtu": mtu_policy or {}, "min_mtu": min_mtu}, nic["name"])
+    if exp["kind"] == "exact":
+        return exp["value"]  # the network's MTU: set exactly, as NET-MTU-001 judges it
+    if exp["kind"] == "min" and (current is None or int(current) <= exp["value"]):
+        return exp["value"]
+    return None  # above the fabric's floor (never lowered), or nothing declared: not ours to choose
 
 
 def _offloads(nic, offloads, known_only):
@@ -99,7 +114,16 @@ def _rings(nic, rings):
 
 
 def nic_targets(
-    nic, mtu=None, min_mtu=1500, offloads=None, offloads_known_only=True, rings=None, apply=None, keep=None
+    nic,
+    mtu=None,
+    min_mtu=None,
+    offloads=None,
+    offloads_known_only=True,
+    rings=None,
+    apply=None,
+    keep=None,
+    mtu_policy=None,
+    rings_only_with_drops=True,
 ):
     if not isinstance(nic, dict) or not nic.get("name"):
         raise AnsibleFilterError("nic_targets: expected a NIC from nic_info (a dict with a name), got %r" % (nic,))
@@ -109,7 +133,7 @@ def nic_targets(
             raise AnsibleFilterError("nic_targets: unknown field %r (allowed: %s)" % (field, ", ".join(FIELDS)))
     out = {}
     if "mtu" in apply or "mtu" in keep:
-        target = _mtu(nic, mtu, min_mtu)
+        target = _mtu(nic, mtu, mtu_policy, min_mtu)
         if target is not None and ("mtu" in apply or nic.get("mtu") == target):
             out["mtu"] = target
     if "offloads" in apply or "offloads" in keep:
@@ -121,7 +145,11 @@ def nic_targets(
             out["offloads"] = target
     if "rings" in apply or "rings" in keep:
         target, current = _rings(nic, rings)
-        if "rings" not in apply:
+        evidence = ring_drops(nic)
+        # No ring drops: NET-RING-001 does not flag this NIC, so its rings are not changed (passed only where they
+        # already are at the target, so the persistence file keeps them).
+        unflagged = rings_only_with_drops and (evidence is None or evidence["status"] == "pass")
+        if "rings" not in apply or unflagged:
             kept = {}
             for side, value in target.items():
                 want = current.get(side + "_max") if value == "max" else value

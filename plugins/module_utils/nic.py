@@ -138,8 +138,12 @@ def _first_object(text):
 
 # --- ethtool -i --------------------------------------------------------------------------------
 
-DRIVER_KEYS = (("driver", "driver"), ("version", "driver_version"),
-               ("firmware-version", "firmware_version"), ("bus-info", "bus_info"))
+DRIVER_KEYS = (
+    ("driver", "driver"),
+    ("version", "driver_version"),
+    ("firmware-version", "firmware_version"),
+    ("bus-info", "bus_info"),
+)
 
 
 def parse_driver_text(text):
@@ -202,15 +206,18 @@ def _two_section_counts(text, keys, header):
 def parse_rings_text(text):
     """``ethtool -g`` -> {rx, tx, rx_max, tx_max} (None where the driver says n/a)."""
     maxima, current = _two_section_counts(text, ("RX", "TX"), "Ring parameters for")
-    return {"rx": current.get("RX"), "tx": current.get("TX"),
-            "rx_max": maxima.get("RX"), "tx_max": maxima.get("TX")}
+    return {"rx": current.get("RX"), "tx": current.get("TX"), "rx_max": maxima.get("RX"), "tx_max": maxima.get("TX")}
 
 
 def parse_rings_json(text):
     """``ethtool --json -g``: keys rx, tx, rx-max, tx-max (absent when the driver does not report them)."""
     obj = _first_object(text)
-    return {"rx": _int_or_none(obj.get("rx")), "tx": _int_or_none(obj.get("tx")),
-            "rx_max": _int_or_none(obj.get("rx-max")), "tx_max": _int_or_none(obj.get("tx-max"))}
+    return {
+        "rx": _int_or_none(obj.get("rx")),
+        "tx": _int_or_none(obj.get("tx")),
+        "rx_max": _int_or_none(obj.get("rx-max")),
+        "tx_max": _int_or_none(obj.get("tx-max")),
+    }
 
 
 # --- ethtool -k --------------------------------------------------------------------------------
@@ -252,13 +259,33 @@ def parse_features_json(text):
 
 # --- ethtool -c --------------------------------------------------------------------------------
 
-COALESCE_NUMBERS = (("rx-usecs", "rx_usecs"), ("tx-usecs", "tx_usecs"),
-                    ("rx-frames", "rx_frames"), ("tx-frames", "tx_frames"))
+COALESCE_NUMBERS = (
+    ("rx-usecs", "rx_usecs"),
+    ("tx-usecs", "tx_usecs"),
+    ("rx-frames", "rx_frames"),
+    ("tx-frames", "tx_frames"),
+)
 _COALESCE_U32_KEYS = (
-    "stats-block-usecs", "sample-interval", "pkt-rate-low", "pkt-rate-high",
-    "rx-usecs", "rx-frames", "rx-usecs-irq", "rx-frames-irq", "tx-usecs", "tx-frames",
-    "tx-usecs-irq", "tx-frames-irq", "rx-usecs-low", "rx-frame-low", "tx-usecs-low",
-    "tx-frame-low", "rx-usecs-high", "rx-frame-high", "tx-usecs-high", "tx-frame-high",
+    "stats-block-usecs",
+    "sample-interval",
+    "pkt-rate-low",
+    "pkt-rate-high",
+    "rx-usecs",
+    "rx-frames",
+    "rx-usecs-irq",
+    "rx-frames-irq",
+    "tx-usecs",
+    "tx-frames",
+    "tx-usecs-irq",
+    "tx-frames-irq",
+    "rx-usecs-low",
+    "rx-frame-low",
+    "tx-usecs-low",
+    "tx-frame-low",
+    "rx-usecs-high",
+    "rx-frame-high",
+    "tx-usecs-high",
+    "tx-frame-high",
 )
 _ADAPTIVE_RE = re.compile(r"Adaptive RX:\s*(\S+)\s+TX:\s*(\S+)")
 
@@ -343,6 +370,150 @@ def parse_channels_json(text):
     return out
 
 
+# --- ethtool -S: drop counters ------------------------------------------------------------------
+
+_STATS_LINE_RE = re.compile(r"^\s*(\S.*?):\s+(-?\d+)\s*$")
+
+
+def parse_stats_text(text):
+    """``ethtool -S`` -> {counter: value}. Names are what the driver prints (``rx_out_of_buffer``,
+    ``rx_dropped.nic``, ``queue_0_rx_cnt``, bnxt's ``[0]: rx_ucast_packets``); the value is the last
+    field. Raises when there is no "NIC statistics:" header and no counter line."""
+    stats = {}
+    seen = False
+    for line in text.splitlines():
+        if line.strip().startswith("NIC statistics"):
+            seen = True
+            continue
+        match = _STATS_LINE_RE.match(line)
+        if match:
+            stats.setdefault(match.group(1).strip(), int(match.group(2)))
+    if not seen and not stats:
+        raise EthtoolParseError("no 'NIC statistics:' header and no counters")
+    return stats
+
+
+# Driver -> counters of ``ethtool -S`` by what they mean, as regular expressions over the counter name.
+#   ring       packets dropped because the receive ring had no free descriptor or buffer: a bigger ring (or a
+#              CPU that drains it faster) is the fix; evidence for NET-RING-001.
+#   other      drops elsewhere in the NIC (port buffer, PCIe): reported with the finding, not judged as rings.
+#   allowance  packets the cloud shaped because the instance exceeded its own limits: not a ring, never fixed
+#              by one; reported as information.
+# Sources:
+#   mlx5_core  kernel Documentation/networking/device_drivers/ethernet/mellanox/mlx5/counters.rst:
+#              rx_out_of_buffer "number of times receive queue had no software buffers allocated for the
+#              adapter's incoming traffic"; rx_discards_phy "dropped due to lack of buffers on a physical port
+#              ... the adapter is congested".
+#   ice        kernel Documentation/networking/device_drivers/ethernet/intel/ice.rst, "Rx Descriptor Ring
+#              Size": rx_dropped (per VSI, descriptors ran out) -> increase the ring; "rx_dropped.nic can mean
+#              that there is no PCIe bandwidth".
+#   ixgbe      drivers/net/ethernet/intel/ixgbe/ixgbe_ethtool.c: rx_no_dma_resources (a queue with no free
+#              descriptor drops, the default with several queues), rx_missed_errors (the packet buffer
+#              overflowed while descriptors ran out).
+#   igb/e1000e rx_no_buffer_count (RNBC: no descriptor in host memory), rx_missed_errors (MPC), igb's
+#              per-queue rx_queue_N_drops (RQDPC).
+#   ena        amzn-drivers kernel/linux/ena/ENA_Linux_Best_Practices.rst: "ENA device would drop packets if
+#              Rx ring becomes full" (the device's rx_drops, also ifconfig's dropped; ena_ethtool.c); the
+#              *_allowance_exceeded counters (ena_admin_eni_stats) count packets shaped because the instance
+#              exceeded its bandwidth, PPS, conntrack or link-local allowance.
+#   virtio_net, gve, bnxt_en, veth: no counter here means "the ring overflowed" (virtio's rx_drops are the
+#              driver's own drops; a full virtqueue drops on the host, where the guest cannot count it), so
+#              their rings are not judged.
+DROP_COUNTERS = {
+    "mlx5_core": {"ring": (r"rx_out_of_buffer",), "other": (r"rx_discards_phy",), "allowance": ()},
+    "ice": {"ring": (r"rx_dropped",), "other": (r"rx_dropped\.nic",), "allowance": ()},
+    "ixgbe": {"ring": (r"rx_no_dma_resources", r"rx_missed_errors"), "other": (), "allowance": ()},
+    "igb": {"ring": (r"rx_no_buffer_count", r"rx_missed_errors", r"rx_queue_\d+_drops"), "other": (), "allowance": ()},
+    "e1000e": {"ring": (r"rx_no_buffer_count", r"rx_missed_errors"), "other": (), "allowance": ()},
+    "ena": {
+        "ring": (r"rx_drops",),
+        "other": (),
+        "allowance": (
+            r"bw_in_allowance_exceeded",
+            r"bw_out_allowance_exceeded",
+            r"pps_allowance_exceeded",
+            r"conntrack_allowance_exceeded",
+            r"linklocal_allowance_exceeded",
+        ),
+    },
+}
+DROP_KINDS = ("ring", "other", "allowance")
+
+
+def drop_counters(driver, stats):
+    """{kind: {counter: value}} of the counters in ``stats`` that DROP_COUNTERS lists for ``driver``;
+    None when the driver has no entry."""
+    table = DROP_COUNTERS.get(driver or "")
+    if table is None:
+        return None
+    out = {}
+    for kind in DROP_KINDS:
+        patterns = [re.compile("^%s$" % p) for p in table[kind]]
+        out[kind] = dict((name, value) for name, value in sorted(stats.items()) if any(p.match(name) for p in patterns))
+    return out
+
+
+def sample_drops(nics, runner, interval, sleep=time.sleep, clock=time.monotonic):
+    """Read ``ethtool -S`` of each NIC whose driver has drop counters, wait ``interval`` seconds once (not per
+    NIC), read again, and set ``nic["drops"]``::
+
+        {"interval_s": 1.002, "ring": {"rx_out_of_buffer": {"total": 5120, "delta": 0}}, "other": {...},
+         "allowance": {...}}
+
+    ``total`` is the second reading (since the driver loaded), ``delta`` its growth between the readings
+    (None with ``interval`` 0, or when the counter went backwards: reset). A NIC that is not sampled keeps
+    ``drops`` None with the reason under ``unsupported["drops"]``.
+    """
+    first = {}
+    for nic in nics:
+        if not nic.get("present"):
+            continue
+        if runner is None:
+            nic["unsupported"]["drops"] = nic["unsupported"].get("rings") or "ethtool not available"
+            continue
+        driver = nic.get("driver")
+        if driver not in DROP_COUNTERS:
+            nic["unsupported"]["drops"] = (
+                "driver %s has no ethtool -S counter of ring overflow" % driver if driver else "driver unknown"
+            )
+            continue
+        stats, reason = runner.statistics(nic["name"])
+        if reason is not None:
+            nic["unsupported"]["drops"] = reason
+            continue
+        first[nic["name"]] = drop_counters(driver, stats)
+    if not first:
+        return
+    start = clock()
+    second = {}
+    if interval and interval > 0:
+        sleep(interval)
+        for nic in nics:
+            if nic["name"] in first:
+                stats, reason = runner.statistics(nic["name"])
+                if reason is not None:
+                    nic["unsupported"]["drops"] = "second sample: %s" % reason
+                else:
+                    second[nic["name"]] = drop_counters(nic["driver"], stats)
+    elapsed = round(clock() - start, 3) if second else None
+    for nic in nics:
+        before = first.get(nic["name"])
+        if before is None:
+            continue
+        after = second.get(nic["name"])
+        drops = {"interval_s": elapsed if after is not None else None}
+        for kind in DROP_KINDS:
+            drops[kind] = {}
+            for name, value in before[kind].items():
+                if after is None or name not in after[kind]:
+                    drops[kind][name] = {"total": value, "delta": None}
+                    continue
+                later = after[kind][name]
+                drops[kind][name] = {"total": later, "delta": later - value if later >= value else None}
+        nic["drops"] = drops
+        nic["sources"]["drops"] = "ethtool-text"
+
+
 # --- running ethtool ---------------------------------------------------------------------------
 
 # section name -> (ethtool option, text parser, json parser)
@@ -355,8 +526,14 @@ SECTIONS = (
 )
 
 # What an ethtool says when it does not accept --json for a subcommand.
-_JSON_REFUSED = ("bad command line argument", "unexpected parameter", "unrecognized option",
-                 "unrecognised option", "invalid option", "--json")
+_JSON_REFUSED = (
+    "bad command line argument",
+    "unexpected parameter",
+    "unrecognized option",
+    "unrecognised option",
+    "invalid option",
+    "--json",
+)
 
 
 def _reason(rc, out, err):
@@ -364,7 +541,7 @@ def _reason(rc, out, err):
     # "netlink error: no device matches name (offset 24)" is followed by the errno text; keep the last.
     text = lines[-1] if lines else "no output"
     if text.startswith("netlink error: "):
-        text = text[len("netlink error: "):]
+        text = text[len("netlink error: ") :]
     return "%s (ethtool rc=%s)" % (text, rc)
 
 
@@ -396,6 +573,18 @@ class Ethtool:
         if rc != 0:
             return None, None, _reason(rc, out, err)
         return self._parse_text(option, out, text_parser)
+
+    def statistics(self, ifname):
+        """``ethtool -S``: ({counter: value}, None) or (None, reason). Text only: ethtool prints the driver's
+        own counters as JSON only in newer releases (6.1 refuses ``--json -S``), and the names are the same."""
+        check_interface_name(ifname)
+        rc, out, err = self.run([self.binary, "-S", ifname])
+        if rc != 0:
+            return None, _reason(rc, out, err)
+        try:
+            return parse_stats_text(out or ""), None
+        except EthtoolParseError as exc:
+            return None, "cannot parse 'ethtool -S' output: %s" % exc
 
     @staticmethod
     def _parse_text(option, out, text_parser):
@@ -470,10 +659,27 @@ def _sys_int(fs, path, unsupported, key, unknown=None):
 
 def _empty_nic(name):
     return {
-        "name": name, "present": False, "driver": None, "driver_version": None, "firmware_version": None,
-        "bus_info": None, "speed_mbps": None, "duplex": None, "mtu": None, "operstate": None,
-        "numa_node": None, "physical": False, "rings": None, "offloads": None, "offloads_fixed": [],
-        "coalescing": None, "channels": None, "source": None, "sources": {}, "unsupported": {},
+        "name": name,
+        "present": False,
+        "driver": None,
+        "driver_version": None,
+        "firmware_version": None,
+        "bus_info": None,
+        "speed_mbps": None,
+        "duplex": None,
+        "mtu": None,
+        "operstate": None,
+        "numa_node": None,
+        "physical": False,
+        "rings": None,
+        "offloads": None,
+        "offloads_fixed": [],
+        "coalescing": None,
+        "channels": None,
+        "drops": None,
+        "source": None,
+        "sources": {},
+        "unsupported": {},
     }
 
 
@@ -596,7 +802,7 @@ _RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
 
 
 def _strip_code(text):
-    """"4: ACTIVE" -> "ACTIVE"."""
+    """ "4: ACTIVE" -> "ACTIVE"."""
     if text is None:
         return None
     value = text.strip()
@@ -605,7 +811,7 @@ def _strip_code(text):
 
 
 def parse_ib_rate(text):
-    """"400 Gb/sec (4X NDR)" -> 400.0; None when unparsable."""
+    """ "400 Gb/sec (4X NDR)" -> 400.0; None when unparsable."""
     match = _RATE_RE.match(text or "")
     return float(match.group(1)) if match else None
 
@@ -617,14 +823,16 @@ def read_infiniband(fs):
         device, port = parts[-3], parts[-1]
         if not port.isdigit():
             continue
-        ports.append({
-            "device": device,
-            "port": int(port),
-            "state": _strip_code(fs.read(path + "/state")),
-            "phys_state": _strip_code(fs.read(path + "/phys_state")),
-            "rate_gbps": parse_ib_rate(fs.read(path + "/rate")),
-            "link_layer": (fs.read(path + "/link_layer") or "").strip() or None,
-        })
+        ports.append(
+            {
+                "device": device,
+                "port": int(port),
+                "state": _strip_code(fs.read(path + "/state")),
+                "phys_state": _strip_code(fs.read(path + "/phys_state")),
+                "rate_gbps": parse_ib_rate(fs.read(path + "/rate")),
+                "link_layer": (fs.read(path + "/link_layer") or "").strip() or None,
+            }
+        )
     ports.sort(key=lambda p: (p["device"], p["port"]))
     return ports
 
@@ -632,12 +840,14 @@ def read_infiniband(fs):
 # --- everything --------------------------------------------------------------------------------
 
 
-def collect(fs, run, interfaces=None, ethtool="ethtool", ethtool_missing=None):
+def collect(fs, run, interfaces=None, ethtool="ethtool", ethtool_missing=None, stats_interval=1.0, sleep=time.sleep):
     """The ``network`` fact.
 
     ``interfaces``: names to report (a missing one is reported with present=false); None: every
     physical NIC. ``ethtool``: the binary to run, or None (``ethtool_missing`` says why) to report NICs
-    from sysfs alone. Raises InvalidInterfaceName before running anything if a name is not acceptable.
+    from sysfs alone. ``stats_interval``: seconds between the two ``ethtool -S`` readings of the drop
+    counters (one wait for all NICs; 0: one reading, no growth; None: not read). Raises
+    InvalidInterfaceName before running anything if a name is not acceptable.
     """
     if interfaces is None:
         names = [n for n in list_interfaces(fs) if is_physical(fs, n)]
@@ -649,6 +859,8 @@ def collect(fs, run, interfaces=None, ethtool="ethtool", ethtool_missing=None):
                 names.append(name)
     runner = Ethtool(run, ethtool) if ethtool else None
     nics = [read_nic(fs, name, runner, ethtool_missing) for name in names]
+    if stats_interval is not None:
+        sample_drops(nics, runner, stats_interval, sleep=sleep)
     return {"nics": nics, "tcp": read_tcp(fs), "infiniband": read_infiniband(fs), "peers": []}
 
 

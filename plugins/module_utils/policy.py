@@ -64,8 +64,13 @@ SPEC = {
         "interfaces": (None, "list",
                        "NICs to audit (null: every physical NIC) and the only NICs network_tuning changes (null: "
                        "none; naming a NIC that carries the default route or the connection is consent to tune it)."),
-        "min_mtu": (1500, "int", "Lowest acceptable MTU on physical NICs that are up (9000 for jumbo-frame fabrics)."),
-        "ring_min_fraction": (0.5, "number", "Rings smaller than this fraction of the hardware maximum are too small."),
+        "mtu": ({}, "dict",
+                "The MTU of the network each NIC is on, by name or glob: {eth0: 1460, 'ens1f*': 9000} (GCP VPC 1460, "
+                "AWS 9001, VXLAN 1450). The NIC must have exactly it; network_tuning sets it on named NICs. The exact "
+                "name wins, then the longest glob; null for a key removes a broader one (a host or group layer)."),
+        "min_mtu": (None, "int",
+                    "Lowest acceptable MTU on NICs that network.mtu does not cover (a jumbo-frame fabric: 9000); "
+                    "null: none declared, only an MTU below the IPv6 minimum 1280 is flagged."),
         "offloads": (["tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload",
                       "rx-checksumming", "tx-checksumming", "scatter-gather"], "list",
                      "Offloads that must be on where the NIC can change them."),
@@ -239,6 +244,22 @@ def _validate_power(policy):
         raise PolicyError("policy.power.limit_w and policy.power.limit_pct: set at most one of them, got %r W and "
                           "%r %% (a later layer that switches kind sets the other to null)"
                           % (power["limit_w"], power["limit_pct"]))
+def _validate_mtu(policy):
+    """network.mtu: {name or glob: MTU or null}; MTUs and network.min_mtu between 68 (IPv4 minimum) and 65535."""
+    net = policy.get("network") or {}
+    for key, value in (net.get("mtu") or {}).items():
+        path = "network.mtu.%s" % key
+        if not isinstance(key, str) or not key.strip():
+            raise PolicyError("policy.network.mtu: keys are interface names or globs (eth0, 'ens1f*'), got %r" % key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 68 <= value <= 65535:
+            raise PolicyError("policy.%s: an MTU is an integer from 68 to 65535 (or null), got %r" % (path, value))
+    value = net.get("min_mtu")
+    if value is not None and not 68 <= value <= 65535:
+        raise PolicyError("policy.network.min_mtu: an MTU is an integer from 68 to 65535 (or null), got %r" % value)
+
+
     for key in ("limit_w", "limit_pct"):
         if power.get(key) is not None and power[key] <= 0:
             raise PolicyError("policy.power.%s: must be a number > 0 (or null: no cap declared), got %r"
@@ -274,6 +295,7 @@ def validate(overrides, known_rules=None):
 
 
 def documented(spec=None, prefix=""):
+    _validate_mtu(policy)
     """(path, default, doc) for every policy key, for the README and `gpufleet policy`."""
     spec = SPEC if spec is None else spec
     rows = []

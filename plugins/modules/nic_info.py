@@ -17,6 +17,11 @@ description:
     (C(ethtool -i)), ring sizes (C(ethtool -g)), offload features (C(ethtool -k)), interrupt coalescing
     (C(ethtool -c)) and channels (C(ethtool -l)), and from C(/sys/class/net) its speed, duplex, MTU,
     operational state and NUMA node.
+  - Reads the receive-ring drop counters of C(ethtool -S) twice, O(stats_interval) seconds apart (one wait
+    for all NICs), for the drivers whose counters say "the ring overflowed" (mlx5_core C(rx_out_of_buffer),
+    ice C(rx_dropped), ixgbe C(rx_no_dma_resources)/C(rx_missed_errors), igb and e1000e
+    C(rx_no_buffer_count)/C(rx_missed_errors), ena C(rx_drops)), with the NIC's other drop counters and ENA's
+    C(*_allowance_exceeded) counters apart; C(drops) gives each counter's total and its growth.
   - Reads the TCP stack settings that decide throughput on long links from C(/proc/sys/net)
     (C(tcp_rmem), C(tcp_wmem), C(rmem_max), C(wmem_max), congestion control, C(default_qdisc),
     C(tcp_mtu_probing), C(tcp_slow_start_after_idle)) and the InfiniBand ports under
@@ -75,6 +80,12 @@ options:
       - Seconds to wait for each connect attempt.
     type: float
     default: 3
+  stats_interval:
+    description:
+      - Seconds between the two C(ethtool -S) readings of the drop counters (one wait for all NICs, only
+        when a NIC has such counters). V(0) reads once (C(delta) is null); at most 10.
+    type: float
+    default: 1
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -164,12 +175,24 @@ network:
         channels:
           description: C(rx), C(tx), C(other), C(combined) and their C(_max).
           type: dict
+        drops:
+          description:
+            - Drop counters of C(ethtool -S) by kind - C(ring) (the receive ring overflowed), C(other) (drops
+              elsewhere in the NIC, e.g. mlx5 C(rx_discards_phy), ice C(rx_dropped.nic)), C(allowance) (ENA - the
+              instance exceeded its bandwidth/PPS/conntrack allowance, not a ring) - each counter as
+              C({total, delta}) (C(delta) null with O(stats_interval=0) or after a counter reset), and
+              C(interval_s), the measured time between the readings.
+            - V(null) for drivers with no ring-overflow counter (virtio_net, gve, veth, ...), the reason under
+              C(unsupported.drops).
+          type: dict
+          sample: {interval_s: 1.001, ring: {rx_out_of_buffer: {total: 1207310, delta: 3366}},
+                   other: {rx_discards_phy: {total: 0, delta: 0}}, allowance: {}}
         source:
           description: V(ethtool-json) when any section came from C(ethtool --json), else V(ethtool-text);
             V(null) when ethtool gave nothing.
           type: str
         sources:
-          description: Per section (driver, rings, offloads, coalescing, channels), the format it came from.
+          description: Per section (driver, rings, offloads, coalescing, channels, drops), the format it came from.
           type: dict
         unsupported:
           description: Field or section name to the reason it is null.
@@ -215,11 +238,18 @@ def _validate(module):
             module.fail_json(msg="interfaces: invalid interface name %r: %s; %s" % (name, why, nic.IFNAME_RULE))
     path = params["ethtool_path"]
     if path and not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        module.fail_json(msg="ethtool_path: not an executable file: %s (give the path of ethtool, "
-                             "or leave it unset to search PATH)" % path)
+        module.fail_json(
+            msg="ethtool_path: not an executable file: %s (give the path of ethtool, "
+            "or leave it unset to search PATH)" % path
+        )
     if params["peer_timeout"] is None or not 0 < params["peer_timeout"] <= 60:
-        module.fail_json(msg="peer_timeout: must be a number of seconds above 0 and at most 60, got %r"
-                             % params["peer_timeout"])
+        module.fail_json(
+            msg="peer_timeout: must be a number of seconds above 0 and at most 60, got %r" % params["peer_timeout"]
+        )
+    if params["stats_interval"] is None or not 0 <= params["stats_interval"] <= 10:
+        module.fail_json(
+            msg="stats_interval: must be a number of seconds from 0 to 10, got %r" % params["stats_interval"]
+        )
     for i, peer in enumerate(params["peers"] or []):
         if not (peer.get("name") or "").strip():
             module.fail_json(msg="peers[%d].name: must not be empty" % i)
@@ -245,6 +275,7 @@ def main():
                 ),
             ),
             peer_timeout=dict(type="float", default=3.0),
+            stats_interval=dict(type="float", default=1.0),
         ),
         supports_check_mode=True,
     )
@@ -256,8 +287,14 @@ def main():
 
     run = commands.runner(module)
 
-    network = nic.collect(HostFS(params["root"]), run, interfaces=params["interfaces"], ethtool=ethtool,
-                          ethtool_missing=missing)
+    network = nic.collect(
+        HostFS(params["root"]),
+        run,
+        interfaces=params["interfaces"],
+        ethtool=ethtool,
+        ethtool_missing=missing,
+        stats_interval=params["stats_interval"],
+    )
     network["peers"] = nic.measure_rtt(params["peers"] or [], timeout=params["peer_timeout"])
     module.exit_json(changed=False, network=network)
 

@@ -194,6 +194,13 @@ HEALTHY = {
         "tcp": {
             "rmem": [4096, 131072, 134217728],
             "wmem": [4096, 16384, 134217728],
+                # nic_info's two ethtool -S readings of the ring-drop counters, one second apart.
+                "drops": {
+                    "interval_s": 1.0,
+                    "ring": {"rx_out_of_buffer": {"total": 0, "delta": 0}},
+                    "other": {"rx_discards_phy": {"total": 0, "delta": 0}},
+                    "allowance": {},
+                },
             "rmem_max": 134217728,
             "wmem_max": 134217728,
             "congestion_control": "bbr",

@@ -88,9 +88,20 @@ WANT = {
 }
 
 
+DROPPING = dict(
+    NIC,
+    drops={
+        "interval_s": 1.0,
+        "ring": {"rx_out_of_buffer": {"total": 7000, "delta": 120}},
+        "other": {},
+        "allowance": {},
+    },
+)
+
+
 def test_nic_targets_apply_every_field():
     out = nic_targets(
-        NIC, min_mtu=9000, offloads=WANT, rings={"rx": "max", "tx": "max"}, apply=["mtu", "offloads", "rings"]
+        DROPPING, min_mtu=9000, offloads=WANT, rings={"rx": "max", "tx": "max"}, apply=["mtu", "offloads", "rings"]
     )
     # scatter-gather: the NIC has no such feature; rx-checksumming: fixed by the driver.
     assert out == {
@@ -115,6 +126,37 @@ def test_nic_targets_mtu_never_lowered_by_policy():
     assert nic_targets(jumbo, mtu=1500, apply=["mtu"]) == {"mtu": 1500}  # a user's explicit value is set as given
     with pytest.raises(AnsibleFilterError, match="unknown field 'ring'"):
         nic_targets(NIC, apply=["ring"])
+
+
+def test_nic_targets_mtu_is_what_the_audit_declares():
+    """network.mtu is the network's MTU: set exactly, raised or lowered, by the audit's own resolution (exact name,
+    then the longest glob); nothing declared: the MTU is the operator's, never guessed."""
+    table = {"ens*": 9001, "ens1f*": 9000, "ens4": 1460}
+    assert nic_targets(dict(NIC, name="ens4", mtu=1500), mtu_policy=table, apply=["mtu"]) == {"mtu": 1460}  # lowered
+    assert nic_targets(dict(NIC, name="ens1f0", mtu=1500), mtu_policy=table, apply=["mtu"]) == {"mtu": 9000}
+    assert nic_targets(dict(NIC, name="ens5", mtu=1500), mtu_policy=table, apply=["mtu"]) == {"mtu": 9001}
+    assert nic_targets(dict(NIC, name="eth0", mtu=1500), mtu_policy=table, apply=["mtu"]) == {}
+    assert nic_targets(dict(NIC, mtu=1460), apply=["mtu"]) == {}  # GCP's 1460, nothing declared: left alone
+    # The declaration beats the fabric floor for that NIC, exactly as NET-MTU-001 judges it.
+    for name, mtu in (("ens4", 1460), ("ens1f0", 9000)):
+        target = nic_targets(dict(NIC, name=name, mtu=1500), mtu_policy=table, min_mtu=9000, apply=["mtu"])["mtu"]
+        assert target == mtu
+        nic = dict(NIC, name=name, mtu=target, present=True, physical=True, operstate="up")
+        policy = validate({"network": {"mtu": table, "min_mtu": 9000}})
+        assert rules.network.check_mtu({"network": {"nics": [nic]}}, policy)["status"] == "pass"
+
+
+def test_nic_targets_rings_only_where_the_audit_sees_drops():
+    rings = {"rx": "max", "tx": "max"}
+    assert nic_targets(DROPPING, rings=rings, apply=["rings"]) == {"rings": rings}
+    counted = dict(NIC, drops={"interval_s": 1.0, "ring": {"rx_out_of_buffer": {"total": 7000, "delta": 0}}})
+    assert nic_targets(counted, rings=rings, apply=["rings"]) == {"rings": rings}  # NET-RING-001 warns: flagged
+    clean = dict(NIC, drops={"interval_s": 1.0, "ring": {"rx_out_of_buffer": {"total": 0, "delta": 0}}})
+    # No drops: rx (512 of 4096) is left alone; tx, already at its maximum, is passed so persistence keeps it.
+    assert nic_targets(clean, rings=rings, apply=["rings"]) == {"rings": {"tx": "max"}}
+    assert nic_targets(NIC, rings=rings, apply=["rings"]) == {"rings": {"tx": "max"}}  # no ring counter (virtio)
+    # A sizing choice, said so: every named NIC gets the rings.
+    assert nic_targets(clean, rings=rings, apply=["rings"], rings_only_with_drops=False) == {"rings": rings}
 
 
 def test_route_commands_keep_the_path():

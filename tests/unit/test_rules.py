@@ -120,8 +120,13 @@ CASES = {
     "GPU-NUMA-001": (None, _nic_on_one_node),
     "HOST-CPU-003": (None, _set(lambda f: host(f)["numa"], balancing=True)),
     "HOST-CPU-004": (None, _set(lambda f: host(f)["irqbalance"], running=False), {"cpu": {"irqbalance": "running"}}),
-    "NET-MTU-001": (lambda f: nics(f)[0].update(mtu=1500), lambda f: nics(f)[0].update(mtu=1280)),
-    "NET-RING-001": (None, lambda f: nics(f)[0]["rings"].update(rx=1024, tx=1024)),
+    # Nothing declared: a cloud's own MTU (GCP 1460) passes; below the IPv6 minimum 1280 fails.
+    "NET-MTU-001": (lambda f: nics(f)[0].update(mtu=1460), lambda f: nics(f)[0].update(mtu=1200)),
+    # Rings far below their maximum with no drops pass; a ring-drop counter growing between readings fails.
+    "NET-RING-001": (
+        lambda f: nics(f)[0]["rings"].update(rx=1024, tx=1024),
+        lambda f: nics(f)[0]["drops"]["ring"]["rx_out_of_buffer"].update(total=1207310, delta=3366),
+    ),
     "NET-OFFL-001": (None, lambda f: nics(f)[1]["offloads"].update({"generic-receive-offload": False})),
     "NET-TCP-001": (None, lambda f: tcp(f).update(rmem=[4096, 131072, 6291456], wmem=[4096, 16384, 4194304])),
     "NET-TCP-002": (None, _set(tcp, congestion_control="cubic")),
@@ -359,7 +364,9 @@ def test_mtu_policy_for_jumbo_fabrics():
     facts = healthy()
     nics(facts)[0]["mtu"] = 1500
     finding = _evaluate(facts, {"network": {"min_mtu": 9000}})["NET-MTU-001"]
-    assert finding["status"] == "fail" and finding["items"] == [{"nic": "ens1", "mtu": 1500}]
+    assert finding["status"] == "fail" and finding["items"] == [
+        {"nic": "ens1", "mtu": 1500, "expected": 9000, "kind": "min", "source": "network.min_mtu"}
+    ]
 
 
 # ---------------------------------------------------------------- issue 12: deliberate choices are kept

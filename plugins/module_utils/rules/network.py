@@ -7,6 +7,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import fnmatch
+
 from ansible_collections.gpufleet.tuning.plugins.module_utils import links
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
@@ -20,50 +22,201 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import 
 )
 
 
+# --- MTU -------------------------------------------------------------------------------------------
+
+# RFC 8200 section 5: every link that carries IPv6 must have an MTU of at least 1280; Linux removes the IPv6
+# addresses of an interface whose MTU drops below it (net/ipv6/addrconf.c, NETDEV_CHANGEMTU). No cloud network
+# or overlay runs below it (GCP's VPC minimum is 1300), so below 1280 is a mistake even where nothing is declared.
+IPV6_MIN_MTU = 1280
+
+
+def declared_mtu(net_pol, name):
+    """(MTU, key) that ``network.mtu`` declares for the NIC ``name``: the exact name wins, else the longest
+    matching glob (fnmatch; equal lengths: the first in sorted order). (None, None) when no key matches;
+    (None, key) when the matching key is null (a host or group layer removing a broader declaration)."""
+    table = net_pol.get("mtu") or {}
+    if name in table:
+        return table[name], name
+    matching = sorted((k for k in table if k != name and fnmatch.fnmatchcase(name, k)), key=lambda k: (-len(k), k))
+    if not matching:
+        return None, None
+    return table[matching[0]], matching[0]
+
+
+def mtu_expectation(net_pol, name):
+    """What NET-MTU-001 wants of the NIC ``name`` - the same answer for the audit and for network_tuning:
+
+    - ``{"kind": "exact", "value": N, "source": "network.mtu.<key>"}``: the network's MTU is declared; the NIC
+      must have exactly it (vendors: match the network's MTU - a smaller one wastes per-packet overhead, a larger
+      one sends frames the network drops);
+    - ``{"kind": "min", ...}``: ``network.min_mtu`` (a jumbo-frame fabric declared for the group or host), a floor;
+    - ``{"kind": "floor", "value": 1280, ...}``: nothing declared; only below the IPv6 minimum is wrong, so a
+      cloud's own MTU (GCP 1460, overlays 1450, AWS 9001) passes.
+    """
+    value, key = declared_mtu(net_pol, name)
+    if value is not None:
+        return {"kind": "exact", "value": int(value), "source": "network.mtu.%s" % key}
+    if net_pol.get("min_mtu") is not None:
+        return {"kind": "min", "value": int(net_pol["min_mtu"]), "source": "network.min_mtu"}
+    return {"kind": "floor", "value": IPV6_MIN_MTU, "source": "IPv6 minimum MTU (RFC 8200), nothing declared"}
+
+
+def _mtu_text(exp):
+    return ("== %d" if exp["kind"] == "exact" else ">= %d") % exp["value"] + " (%s)" % exp["source"]
+
+
 def check_mtu(facts, pol):
     nics = _physical_up_nics(facts, pol)
     if nics is None:
         return skip("NIC facts not gathered")
     if not nics:
         return skip("no physical NIC is up")
-    minimum = pol["network"]["min_mtu"]
-    low = [{"nic": n["name"], "mtu": n.get("mtu")} for n in nics if n.get("mtu") is not None and n["mtu"] < minimum]
-    observed = {n["name"]: n.get("mtu") for n in nics}
-    if low:
-        return result(
-            "fail", observed, ">= %d" % minimum, "MTU below %d on %s" % (minimum, [i["nic"] for i in low]), items=low
+    observed, expected, items, why = {}, {}, [], []
+    for n in nics:
+        mtu = n.get("mtu")
+        observed[n["name"]] = mtu
+        if mtu is None:
+            continue
+        exp = mtu_expectation(pol["network"], n["name"])
+        expected[n["name"]] = _mtu_text(exp)
+        if exp["kind"] == "exact" and mtu != exp["value"]:
+            what = "above" if mtu > exp["value"] else "below"
+            why.append("%s %d is %s the network's %d (%s)" % (n["name"], mtu, what, exp["value"], exp["source"]))
+        elif exp["kind"] != "exact" and mtu < exp["value"]:
+            if exp["kind"] == "min":
+                why.append("%s %d is below the fabric's %d (%s)" % (n["name"], mtu, exp["value"], exp["source"]))
+            else:
+                why.append(
+                    "%s %d is below the IPv6 minimum 1280: the kernel drops its IPv6 addresses; declare "
+                    "the network's MTU in network.mtu if this is intended" % (n["name"], mtu)
+                )
+        else:
+            continue
+        items.append(
+            {"nic": n["name"], "mtu": mtu, "expected": exp["value"], "kind": exp["kind"], "source": exp["source"]}
         )
-    return result("pass", observed, ">= %d" % minimum, "MTU is at least %d" % minimum)
+    if not expected:
+        return skip("no NIC reports its MTU")
+    if items:
+        return result("fail", observed, expected, "; ".join(why), items=items)
+    declared = sorted(k for k, v in expected.items() if "network.mtu." in v or "network.min_mtu" in v)
+    if declared:
+        return result("pass", observed, expected, "MTU as declared on %s" % ", ".join(declared))
+    return result("pass", observed, expected, "no MTU declared (network.mtu); none below the IPv6 minimum 1280")
+
+
+# --- rings --------------------------------------------------------------------------------------------
+
+
+def ring_drops(nic):
+    """Evidence of receive-ring overflow on one NIC, from its two ``ethtool -S`` readings (nic_info ``drops``):
+
+    ``{"status": "fail"|"warn"|"pass", "growing": {counter: delta}, "total": {counter: total},
+    "allowance": {counter: delta}, "other": {counter: delta}, "interval_s": s}``, or None when the NIC has no
+    ring-overflow counter (virtio_net, gve, veth, ...) or was not sampled.
+    fail: a ring counter grew between the readings (drops now); warn: only a count since the driver loaded.
+    The same function decides which NICs network_tuning may resize (NET-RING-001)."""
+    drops = nic.get("drops")
+    if not drops or not drops.get("ring"):
+        return None
+    ring = drops["ring"]
+    growing = dict((c, v["delta"]) for c, v in ring.items() if (v.get("delta") or 0) > 0)
+    total = dict((c, v["total"]) for c, v in ring.items() if (v.get("total") or 0) > 0)
+    status = "fail" if growing else ("warn" if total else "pass")
+    return {
+        "status": status,
+        "growing": growing,
+        "total": total,
+        "allowance": dict(
+            (c, v["delta"]) for c, v in (drops.get("allowance") or {}).items() if (v.get("delta") or 0) > 0
+        ),
+        "other": dict((c, v["delta"]) for c, v in (drops.get("other") or {}).items() if (v.get("delta") or 0) > 0),
+        "interval_s": drops.get("interval_s"),
+    }
+
+
+def _ring_size(nic):
+    rings = nic.get("rings") or {}
+    if rings.get("rx") is None:
+        return ""
+    size = "rx ring %s of %s" % (rings["rx"], rings.get("rx_max"))
+    if rings.get("rx_max") is not None and rings["rx"] >= rings["rx_max"]:
+        size += ", already the maximum: the CPU does not drain it fast enough (IRQ affinity, channels, coalescing)"
+    return size
 
 
 def check_rings(facts, pol):
     nics = _physical_up_nics(facts, pol)
     if nics is None:
         return skip("NIC facts not gathered")
-    frac = pol["network"]["ring_min_fraction"]
-    items, observed = [], {}
+    observed, failing, warning, shaped, other = {}, [], [], [], []
     for n in nics:
-        rings = n.get("rings") or {}
-        if rings.get("rx_max") is None and rings.get("tx_max") is None:
+        ev = ring_drops(n)
+        if ev is None:
             continue
-        observed[n["name"]] = rings
-        for side in ("rx", "tx"):
-            cur, mx = rings.get(side), rings.get(side + "_max")
-            if cur is not None and mx and cur < mx * frac:
-                items.append({"nic": n["name"], "ring": side, "current": cur, "max": mx})
+        observed[n["name"]] = {
+            "driver": n.get("driver"),
+            "rings": n.get("rings"),
+            "ring_drops": ev["total"],
+            "growing": ev["growing"],
+            "interval_s": ev["interval_s"],
+        }
+        if ev["allowance"]:
+            observed[n["name"]]["allowance_exceeded"] = ev["allowance"]
+            shaped.append("%s %s" % (n["name"], ", ".join("%s +%d" % kv for kv in sorted(ev["allowance"].items()))))
+        if ev["other"]:
+            observed[n["name"]]["other_drops"] = ev["other"]
+            other.append("%s %s" % (n["name"], ", ".join("%s +%d" % kv for kv in sorted(ev["other"].items()))))
+        rings = n.get("rings") or {}
+        item = {"nic": n["name"], "rx": rings.get("rx"), "rx_max": rings.get("rx_max")}
+        if ev["status"] == "fail":
+            failing.append(dict(item, counters=ev["growing"], interval_s=ev["interval_s"]))
+        elif ev["status"] == "warn":
+            warning.append(dict(item, counters=ev["total"]))
     if not observed:
-        return skip("no NIC reports ring sizes")
-    expected = ">= %d%% of the hardware maximum" % int(frac * 100)
-    if items:
+        return skip("no NIC reports a ring-overflow counter (ethtool -S; virtio_net, gve and veth have none)")
+    expected = "no receive-ring drop counter growing between two ethtool -S readings"
+    extra = ""
+    if other:
+        extra += "; other NIC drops (port buffer or PCIe, not the ring): %s" % "; ".join(other)
+    if shaped:
+        extra += "; the cloud shaped traffic over the instance's allowance (its limits, not rings): %s" % "; ".join(
+            shaped
+        )
+    if failing:
+        detail = "; ".join(
+            "%s %s in %s s (%s)"
+            % (
+                i["nic"],
+                ", ".join("%s +%d" % kv for kv in sorted(i["counters"].items())),
+                i["interval_s"],
+                _ring_size(next(n for n in nics if n["name"] == i["nic"])),
+            )
+            for i in failing
+        )
+        return result("fail", observed, expected, "receive ring overflowing now: %s%s" % (detail, extra), items=failing)
+    if warning:
+        detail = "; ".join(
+            "%s %s" % (i["nic"], ", ".join("%s %d" % kv for kv in sorted(i["counters"].items()))) for i in warning
+        )
         return result(
-            "fail",
+            "warn",
             observed,
             expected,
-            "small NIC rings drop packets in bursts: %s"
-            % ", ".join("%s %s %d/%d" % (i["nic"], i["ring"], i["current"], i["max"]) for i in items),
-            items=items,
+            "ring drops since the driver loaded, none during the sample: %s%s" % (detail, extra),
+            items=warning,
+            severity="low",
         )
-    return result("pass", observed, expected, "NIC rings are sized near their maximum")
+    if shaped:
+        return result(
+            "warn",
+            observed,
+            expected,
+            "no ring drops%s" % extra,
+            items=[{"nic": s.split(" ")[0]} for s in shaped],
+            severity="info",
+        )
+    return result("pass", observed, expected, "no receive-ring drops%s" % extra)
 
 
 def check_offloads(facts, pol):
@@ -210,21 +363,31 @@ RULES = (
         "NET-MTU-001",
         "network",
         "medium",
-        "MTU below policy",
-        "A small MTU multiplies per-packet overhead; fabrics built for jumbo frames lose throughput and CPU.",
+        "MTU differs from the network's",
+        "Each NIC should carry the MTU of the network it is on (the cloud's VPC, the overlay, the jumbo-frame "
+        "fabric): a smaller one multiplies per-packet overhead, a larger one sends frames the network drops. "
+        "Google Cloud's VPC default is 1460, AWS 9001 inside a VPC, VXLAN overlays 1450, so there is no one "
+        "right number: the policy declares it per interface or glob (network.mtu) or as a fabric floor "
+        "(network.min_mtu). With nothing declared only an MTU below 1280 is flagged: IPv6 needs at least 1280 "
+        "on every link and Linux removes the IPv6 addresses of a smaller one.",
         check_mtu,
         role="network_tuning",
-        references=(sources.AWS_MTU, sources.GCP_MTU, sources.ESNET_HOST_TUNING),
+        references=(sources.GCP_MTU, sources.AWS_MTU, sources.RFC8200_MTU, sources.ESNET_HOST_TUNING),
     ),
     Rule(
         "NET-RING-001",
         "network",
         "medium",
-        "NIC rings far below their maximum",
-        "Small receive and transmit rings overflow during bursts, and every drop halves a long-haul TCP flow's window.",
+        "NIC receive ring overflowing",
+        "A receive ring that runs out of descriptors drops packets before the kernel sees them, and every drop "
+        "halves a long-haul TCP flow's window. The evidence is the driver's own counter (mlx5 rx_out_of_buffer, "
+        "ice rx_dropped, ENA rx_drops, ixgbe rx_no_dma_resources, igb/e1000e rx_no_buffer_count) growing "
+        "between two ethtool -S readings a second apart; a count left from earlier is a warning. A ring below "
+        "its maximum is no finding by itself: mlx5, ice and ENA ship far below theirs. ENA's "
+        "*_allowance_exceeded counters are the instance's limits, not rings, and are reported as information.",
         check_rings,
         role="network_tuning",
-        references=(sources.ETHTOOL,),
+        references=(sources.MLX5_COUNTERS, sources.ICE_DRIVER, sources.ENA_BEST_PRACTICES, sources.ETHTOOL),
     ),
     Rule(
         "NET-OFFL-001",

@@ -119,6 +119,14 @@ ETHTOOL = (
 KERNEL_SYSFS_PCI = ("Linux kernel: accessing PCI device resources through sysfs", "https://docs.kernel.org/PCI/sysfs-pci.html")
 KERNEL_AER = ("Linux kernel: PCI Express advanced error reporting", "https://docs.kernel.org/PCI/pcieaer-howto.html")
 IP_ROUTE = ("ip-route(8): congctl", "https://man7.org/linux/man-pages/man8/ip-route.8.html")
+MLX5_COUNTERS = (
+    "Linux kernel: mlx5 ethtool counters (rx_out_of_buffer, rx_discards_phy)",
+    "https://docs.kernel.org/networking/device_drivers/ethernet/mellanox/mlx5/counters.html",
+)
+ICE_DRIVER = (
+    "Linux kernel: ice driver, Rx descriptor ring size (rx_dropped, rx_dropped.nic)",
+    "https://docs.kernel.org/networking/device_drivers/ethernet/intel/ice.html",
+)
 
 # Networking practice
 ESNET_HOST_TUNING = (
@@ -130,6 +138,7 @@ BBR_PAPER = (
     "https://queue.acm.org/detail.cfm?id=3022184",
 )
 RFC4821 = ("RFC 4821: packetization layer path MTU discovery", "https://www.rfc-editor.org/rfc/rfc4821")
+RFC8200_MTU = ("RFC 8200 section 5: IPv6 minimum link MTU 1280", "https://www.rfc-editor.org/rfc/rfc8200#section-5")
 RFC5681_IDLE = (
     "RFC 5681 section 4.1: restarting idle connections",
     "https://www.rfc-editor.org/rfc/rfc5681#section-4.1",
@@ -139,6 +148,10 @@ AWS_MTU = (
     "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/network_mtu.html",
 )
 GCP_MTU = ("Google Cloud VPC: maximum transmission unit (default 1460)", "https://cloud.google.com/vpc/docs/mtu")
+ENA_BEST_PRACTICES = (
+    "AWS ENA Linux driver best practices: Rx ring full drops, allowance counters",
+    "https://github.com/amzn/amzn-drivers/blob/master/kernel/linux/ena/ENA_Linux_Best_Practices.rst",
+)
 
 # Peers' health checks
 AZURE_NHC = ("Azure HPC node health checks (azurehpc-health-checks)", "https://github.com/Azure/azurehpc-health-checks")
