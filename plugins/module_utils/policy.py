@@ -51,7 +51,13 @@ SPEC = {
     },
     "cpu": {
         "governor": ("performance", "str", "Required CPU frequency governor."),
-        "min_cores_per_gpu": (8, "int", "Fewest physical CPU cores per GPU for data loading and launch threads."),
+        "min_cpus_per_gpu": (12, "int",
+                             "Fewest logical CPUs (vCPUs, hardware threads) per GPU for data loading and launch "
+                             "threads. 12 is the least the big clouds' 8-GPU shapes give (Azure ND H100 v5: 96 vCPUs; "
+                             "AWS p5.48xlarge 192, Google Cloud a3-highgpu-8g 208)."),
+        "min_cores_per_gpu": (None, "int",
+                              "Optional floor of physical CPU cores per GPU as well (null: not checked); clouds sell "
+                              "vCPUs, so cpu.min_cpus_per_gpu is the one that applies everywhere."),
         "numa_balancing": (False, "bool", "Whether automatic NUMA balancing may be on."),
         "irqbalance": ("any", ("running", "stopped", "any"),
                        "Required irqbalance state; any leaves it to the owner. With running, NIC and GPU IRQs pinned "

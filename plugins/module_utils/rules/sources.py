@@ -153,6 +153,35 @@ ENA_BEST_PRACTICES = (
     "https://github.com/amzn/amzn-drivers/blob/master/kernel/linux/ena/ENA_Linux_Best_Practices.rst",
 )
 
+# Cloud GPU shapes (vCPUs per 8 GPUs: the basis of cpu.min_cpus_per_gpu)
+AWS_P5 = ("AWS EC2 P5 instances: p5.48xlarge, 8 x H100, 192 vCPUs", "https://aws.amazon.com/ec2/instance-types/p5/")
+GCP_A3 = (
+    "Google Cloud accelerator-optimized machines: a3-highgpu-8g, 8 x H100, 208 vCPUs",
+    "https://cloud.google.com/compute/docs/accelerator-optimized-machines",
+)
+AZURE_ND_H100_V5 = (
+    "Azure ND H100 v5 series: Standard_ND96isr_H100_v5, 8 x H100, 96 vCPUs",
+    "https://learn.microsoft.com/en-us/azure/virtual-machines/sizes/gpu-accelerated/nd-h100-v5-series",
+)
+
+# Frameworks and schedulers (how GPU jobs use memory and inherit limits)
+PYTORCH_CUDA_MEMORY = (
+    "PyTorch CUDA semantics: memory management (the caching allocator keeps freed memory reserved)",
+    "https://docs.pytorch.org/docs/stable/notes/cuda.html#cuda-memory-management",
+)
+TENSORFLOW_GPU_MEMORY = (
+    "TensorFlow: use a GPU, limiting GPU memory growth (maps nearly all GPU memory by default)",
+    "https://www.tensorflow.org/guide/gpu#limiting_gpu_memory_growth",
+)
+JAX_GPU_MEMORY = (
+    "JAX: GPU memory allocation (preallocates 75% of GPU memory)",
+    "https://docs.jax.dev/en/latest/gpu_memory_allocation.html",
+)
+SLURM_FAQ_MEMLOCK = (
+    "Slurm FAQ: locked memory limit (jobs get slurmd's limit; LimitMEMLOCK=infinity in slurmd.service)",
+    "https://slurm.schedmd.com/faq.html#memlock",
+)
+
 # Peers' health checks
 AZURE_NHC = ("Azure HPC node health checks (azurehpc-health-checks)", "https://github.com/Azure/azurehpc-health-checks")
 

@@ -1,0 +1,228 @@
+"""Issue 13: HOST-MEM-004 judges the memlock limit where GPU jobs run, HOST-CPU-002 counts what the clouds sell,
+GPU-MEM-001 does not flag a full GPU alone, and an Arm (Grace Hopper) host is judged sensibly.
+
+Host facts come from the real reader (module_utils/host.py) over mkroot fixture roots; GPU facts from rule_facts.
+Each test marked "old code: ..." failed against the rules before this change (see the report of issue 13)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from ansible_collections.gpufleet.tuning.plugins.module_utils import host as host_mod
+from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as pol_mod
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
+from rule_facts import gpu, healthy
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _mkroot():
+    name = "gpufleet_sim_mkroot"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "sim" / "host" / "mkroot.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+mkroot = _mkroot()
+
+
+def _facts(tmp_path, overrides, name="root"):
+    """The healthy 8 x H100 facts with the host part read from a fixture root built with ``overrides``."""
+    facts = healthy()
+    root = mkroot.build_root(tmp_path / name, overrides)
+    host = host_mod.collect(HostFS(str(root)), sample_seconds=0, kernel_log="none")
+    facts["host"]["memlock"] = host["memlock"]
+    facts["host"]["cpu"] = host["cpu"]
+    facts["host"]["numa"] = host["numa"]
+    return facts, host
+
+
+def _finding(facts, rule_id, overrides=None):
+    policy = pol_mod.validate(overrides or {}, known_rules=rules.BY_ID)
+    return {f["rule"]: f for f in rules.evaluate(facts, policy)}[rule_id]
+
+
+# ------------------------------------------------------------------ HOST-MEM-004
+
+
+def test_wildcard_limits_line_does_not_reach_a_containerd_service(tmp_path):
+    """old code: pass ("* soft memlock unlimited" counted although containerd's jobs never see it)."""
+    facts, _ = _facts(tmp_path, {"job_services": [mkroot.job_service("containerd.service")]})
+    f = _finding(facts, "HOST-MEM-004")
+    assert f["status"] == "fail", f
+    assert "containerd.service" in f["message"] and "pid 2303" in f["message"] and "8 MiB" in f["message"]
+    assert f["items"] == [
+        {
+            "unit": "containerd.service",
+            "pid": 2303,
+            "limit": "8 MiB",
+            "problem": "containerd (pid 2303) runs with memlock 8 MiB",
+        }
+    ]
+    assert f["observed"]["containerd.service"]["source"] == "no LimitMEMLOCK: systemd's default"
+
+
+def test_slurmd_unit_with_infinity_passes_whatever_the_root_audit_has(tmp_path):
+    """old code: fail (no limits.conf line and the root audit's own 8 MiB, which CAP_IPC_LOCK makes moot)."""
+    facts, _ = _facts(
+        tmp_path,
+        {
+            "memlock_kb": None,
+            "process_memlock_kb": 8192,
+            "job_services": [mkroot.job_service("slurmd.service", "infinity")],
+        },
+    )
+    f = _finding(facts, "HOST-MEM-004")
+    assert f["status"] == "pass", f
+    assert f["observed"]["slurmd.service"] == {
+        "unit_limit": "unlimited",
+        "source": "LimitMEMLOCK in /lib/systemd/system/slurmd.service",
+        "running": [{"pid": 2101, "limit": "unlimited"}],
+    }
+
+
+def test_a_line_for_root_only_does_not_cover_users(tmp_path):
+    """old code: pass (any soft line counted). limits.conf(5): only a root line applies to root, and root's own
+    processes hold CAP_IPC_LOCK anyway; the users keep the default."""
+    facts, _ = _facts(tmp_path, {"memlock_kb": None, "process_memlock_kb": 8192})
+    facts["host"]["memlock"]["configured"] = [
+        {"path": "/etc/security/limits.d/90-root.conf", "domain": "root", "type": "-", "value_kb": None}
+    ]
+    f = _finding(facts, "HOST-MEM-004")
+    assert f["status"] == "fail", f
+    assert "no soft memlock line for users" in f["message"]
+    assert f["observed"]["audit_process"] == {"limit": "8 MiB", "cap_ipc_lock": True, "counted": False}
+
+
+def test_an_unprivileged_session_is_evidence_a_root_one_is_not(tmp_path):
+    facts, _ = _facts(
+        tmp_path,
+        {"memlock_kb": None, "process_memlock_kb": "unlimited", "process_uid": 1000, "process_cap_ipc_lock": False},
+        "user",
+    )
+    assert _finding(facts, "HOST-MEM-004")["status"] == "pass"
+    facts, _ = _facts(tmp_path, {"memlock_kb": None, "process_memlock_kb": "unlimited"}, "root")
+    assert _finding(facts, "HOST-MEM-004")["status"] == "fail"  # root's unlimited says nothing about users
+    facts, _ = _facts(
+        tmp_path,
+        {"memlock_kb": None, "process_memlock_kb": 64, "process_uid": 1000, "process_cap_ipc_lock": False},
+        "user64",
+    )
+    f = _finding(facts, "HOST-MEM-004")
+    assert f["status"] == "fail" and "unprivileged session has 64 KiB" in f["message"]
+
+
+def test_a_unit_fixed_on_disk_but_not_restarted_still_fails_and_says_restart(tmp_path):
+    facts, _ = _facts(
+        tmp_path,
+        {
+            "job_services": [
+                mkroot.job_service(
+                    "containerd.service",
+                    process_memlock_kb=8192,
+                    dropins={"90-gpufleet-memlock.conf": "[Service]\nLimitMEMLOCK=infinity\n"},
+                )
+            ]
+        },
+    )
+    f = _finding(facts, "HOST-MEM-004")
+    assert f["status"] == "fail"
+    assert "its unit now gives unlimited: restart containerd.service" in f["message"]
+
+
+def test_installed_units_not_running_are_judged_by_their_unit_and_the_manager_default(tmp_path):
+    facts, _ = _facts(
+        tmp_path,
+        {
+            "systemd_default_memlock": "infinity",
+            "job_services": [
+                mkroot.job_service("kubelet.service", running=False),
+                mkroot.job_service("docker.service", "64M", running=False),
+            ],
+        },
+    )
+    f = _finding(facts, "HOST-MEM-004")
+    assert f["status"] == "fail"
+    assert [i["unit"] for i in f["items"]] == ["docker.service"]
+    assert "LimitMEMLOCK in /lib/systemd/system/docker.service gives 64 MiB when started" in f["message"]
+    assert f["observed"]["kubelet.service"]["source"] == "DefaultLimitMEMLOCK in /etc/systemd/system.conf"
+    # A policy that asks for 64 MiB only: both give enough.
+    assert _finding(facts, "HOST-MEM-004", {"memory": {"min_memlock_kb": 65536}})["status"] == "pass"
+
+
+# ------------------------------------------------------------------ HOST-CPU-002
+
+
+@pytest.mark.parametrize(
+    "shape, threads, cores",
+    [
+        ("AWS p5.48xlarge", 192, 96),
+        ("Google Cloud a3-highgpu-8g", 208, 104),
+        ("Azure ND H100 v5", 96, 48),  # old code: fail (48 physical cores / 8 GPUs = 6 < 8)
+    ],
+)
+def test_the_big_clouds_8_gpu_shapes_pass(shape, threads, cores):
+    facts = healthy()
+    facts["host"]["cpu"].update(threads=threads, cores=cores)
+    f = _finding(facts, "HOST-CPU-002")
+    assert f["status"] == "pass", (shape, f)
+    assert f["observed"]["cpus_per_gpu"] == threads / 8
+
+
+def test_fewer_cpus_than_any_cloud_shape_fails_low():
+    facts = healthy()
+    facts["host"]["cpu"].update(threads=64, cores=32)
+    f = _finding(facts, "HOST-CPU-002")
+    assert (f["status"], f["severity"]) == ("fail", "low")
+    assert f["message"] == "too few CPUs for 8 GPUs: 8.0 logical CPUs per GPU"
+    # An owner who also wants physical cores says so.
+    facts["host"]["cpu"].update(threads=96, cores=48)
+    f = _finding(facts, "HOST-CPU-002", {"cpu": {"min_cores_per_gpu": 8}})
+    assert f["status"] == "fail" and "6.0 physical cores per GPU" in f["message"]
+
+
+# ------------------------------------------------------------------ GPU-MEM-001
+
+
+def test_full_gpu_memory_alone_is_not_a_finding():
+    """old code: warn when swap activity is unknown; a full GPU alone is normal (frameworks preallocate)."""
+    facts = healthy()
+    for g in facts["gpu"]["gpus"]:
+        g["memory"].update(used_mib=80281, used_pct=98.4)
+    facts["host"]["memory"].update(swap_in_per_s=None, swap_out_per_s=None, psi_some_avg10=None)
+    f = _finding(facts, "GPU-MEM-001")
+    assert f["status"] == "skip" and "alone is normal" in f["message"]
+    rationale = rules.BY_ID["GPU-MEM-001"].rationale
+    assert "preallocates 75%" in rationale and "cannot be swapped" in rationale
+    assert "spill to pinned host memory" not in rationale
+
+
+# ------------------------------------------------------------------ aarch64: Grace Hopper
+
+
+def test_grace_hopper_host_is_judged_sensibly(tmp_path):
+    """One GH200: 72 Neoverse V2 cores; NVML puts the GPU on NUMA node 1, its own HBM, which has no CPUs.
+    old code: GPU-NUMA-001 failed (the GPU's affinity 0-71 "reaches outside" the CPU-less node 1)."""
+    facts, host = _facts(tmp_path, mkroot.grace_hopper())
+    assert host["cpu"]["model"] == "ARM Neoverse-V2"
+    g = gpu(0)
+    g.update(name="NVIDIA GH200 480GB", numa_node=1, cpu_affinity="0-71")
+    facts["gpu"]["gpus"] = [g]
+    facts["gpu"]["gpu_count"] = 1
+    facts["network"]["nics"][0]["numa_node"] = 0
+    facts["network"]["nics"][1]["numa_node"] = 0
+    assert _finding(facts, "HOST-CPU-002")["status"] == "pass"
+    assert _finding(facts, "HOST-CPU-002")["observed"]["cpus_per_gpu"] == 72.0
+    numa = _finding(facts, "GPU-NUMA-001")
+    assert numa["status"] == "pass", numa
+    assert _finding(facts, "HOST-CPU-001")["status"] == "pass"  # cppc_cpufreq on performance
+    # The same GPU on node 0 with an affinity beyond the node's CPUs still fails.
+    g.update(numa_node=0, cpu_affinity="0-80")
+    assert _finding(facts, "GPU-NUMA-001")["status"] == "fail"
