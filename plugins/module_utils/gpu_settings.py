@@ -39,17 +39,95 @@ def parse_power_limit(value):
         return text, None
     m = re.match(r"^(\d+(?:\.\d+)?)\s*(%|w)?$", text)
     if not m:
-        raise SettingsError("power_limit: %r is not valid (use watts like 350, a percent of the default like 90%%, "
-                            "'default' or 'max')" % (value,))
+        raise SettingsError(
+            "power_limit: %r is not valid (use watts like 350, a percent of the default like 90%%, "
+            "'default' or 'max')" % (value,)
+        )
     number = float(m.group(1))
     if m.group(2) == "%":
         if not 0 < number <= 100:
-            raise SettingsError("power_limit: %s%% must be above 0 and at most 100 (percent of the default limit)"
-                                % m.group(1))
+            raise SettingsError(
+                "power_limit: %s%% must be above 0 and at most 100 (percent of the default limit)" % m.group(1)
+            )
         return "percent", number
     if number <= 0:
         raise SettingsError("power_limit: %s W must be above 0" % m.group(1))
     return "watts", number
+
+
+def _clock_pair(name, value, keys):
+    """{key: MHz} for a dict with exactly ``keys``; None for any other shape. Raises SettingsError for a bad number."""
+    if not isinstance(value, dict) or set(value) != set(keys):
+        return None
+    out = {}
+    for key in keys:
+        v = value[key]
+        if isinstance(v, bool) or not isinstance(v, int) and not (isinstance(v, str) and v.isdigit()):
+            raise SettingsError("%s.%s: must be a whole number of MHz, got %r" % (name, key, v))
+        out[key] = int(v)
+        if not 0 < out[key] <= 100000:
+            raise SettingsError("%s.%s: %d MHz is not a plausible clock" % (name, key, out[key]))
+    return out
+
+
+def parse_application_clocks(value):
+    """'default' or {memory_mhz, graphics_mhz} -> 'default' or a checked dict."""
+    if value == "default":
+        return "default"
+    pair = _clock_pair("application_clocks", value, ("memory_mhz", "graphics_mhz"))
+    if pair is None:
+        raise SettingsError("application_clocks: use 'default' or {memory_mhz: N, graphics_mhz: N}, got %r" % (value,))
+    return pair
+
+
+def parse_locked_clocks(value):
+    """'none' (or 'reset') or {min_mhz, max_mhz} -> 'none' or a checked dict."""
+    if value in ("none", "reset"):
+        return "none"
+    pair = _clock_pair("locked_clocks", value, ("min_mhz", "max_mhz"))
+    if pair is None:
+        raise SettingsError("locked_clocks: use 'none' or {min_mhz: N, max_mhz: N}, got %r" % (value,))
+    if pair["min_mhz"] > pair["max_mhz"]:
+        raise SettingsError("locked_clocks: min_mhz %(min_mhz)d is above max_mhz %(max_mhz)d" % pair)
+    return pair
+
+
+def parse_request(params):
+    """The settings a gpu_settings call asks for (its module parameters) -> the ``want`` that plan_gpu takes.
+
+    Raises SettingsError naming the option for a value that can never be applied; checks that depend on a GPU
+    (allowed power range, supported clocks) are plan_gpu's.
+    """
+    want = {
+        "persistence_mode": params.get("persistence_mode"),
+        "compute_mode": params.get("compute_mode"),
+        "ecc_mode": params.get("ecc_mode"),
+        "mig_mode": params.get("mig_mode"),
+        "power_limit": None,
+        "application_clocks": None,
+        "locked_clocks": None,
+        "power_limit_clamp": bool(params.get("power_limit_clamp")),
+        "power_limit_at_least": bool(params.get("power_limit_at_least")),
+    }
+    if params.get("power_limit") is not None:
+        want["power_limit"] = parse_power_limit(params["power_limit"])
+    if params.get("power_limit_cap") is not None:
+        try:
+            kind, number = parse_power_limit(params["power_limit_cap"])
+        except SettingsError as exc:
+            raise SettingsError(str(exc).replace("power_limit:", "power_limit_cap:", 1)) from exc
+        if kind not in ("watts", "percent"):
+            raise SettingsError(
+                "power_limit_cap: use watts (300) or a percent of the default (80%%), got %r"
+                % params["power_limit_cap"]
+            )
+        want["power_limit_cap"] = (kind, number)
+        want["power_limit_cap_text"] = params["power_limit_cap"]
+    if params.get("application_clocks") is not None:
+        want["application_clocks"] = parse_application_clocks(params["application_clocks"])
+    if params.get("locked_clocks") is not None:
+        want["locked_clocks"] = parse_locked_clocks(params["locked_clocks"])
+    return want
 
 
 def resolve_power_limit(kind, number, default, maximum):
@@ -73,8 +151,9 @@ def select_gpus(nv, selectors):
             indexes = list(range(count))
         elif sel.isdigit():
             if int(sel) >= count:
-                raise SettingsError("gpus: index %s does not exist (this host has %d GPU(s): 0-%d)"
-                                    % (sel, count, count - 1))
+                raise SettingsError(
+                    "gpus: index %s does not exist (this host has %d GPU(s): 0-%d)" % (sel, count, count - 1)
+                )
             indexes = [int(sel)]
         elif re.match(r"^(GPU|MIG)-[0-9a-fA-F-]+$", sel):
             try:
@@ -142,18 +221,24 @@ def plan_gpu(nv, index, want, locked_record):
             if want.get("power_limit_clamp"):
                 target = min(max(target, lo), hi)
             if not lo <= target <= hi:
-                raise SettingsError("power_limit: %s W is outside GPU %d's allowed range %s-%s W"
-                                    % (_w(target), index, _w(lo), _w(hi)))
+                raise SettingsError(
+                    "power_limit: %s W is outside GPU %d's allowed range %s-%s W" % (_w(target), index, _w(lo), _w(hi))
+                )
             if want.get("power_limit_cap") is not None:
                 # The cap as NVML can enforce it: a cap below the GPU's minimum means the minimum.
                 cap_kind, cap_number = want["power_limit_cap"]
                 cap = min(max(resolve_power_limit(cap_kind, cap_number, int(default), hi), lo), hi)
                 if target > cap:
-                    raise SettingsError("power_limit: %s W for GPU %d is above the declared cap of %s W "
-                                        "(power_limit_cap %s): an owner's cap is kept; lower power_limit or change "
-                                        "the cap" % (_w(target), index, _w(cap), want["power_limit_cap_text"]))
-            if want.get("power_limit_at_least") and int(cur) >= target and (
-                    want.get("power_limit_cap") is None or int(cur) <= cap):
+                    raise SettingsError(
+                        "power_limit: %s W for GPU %d is above the declared cap of %s W "
+                        "(power_limit_cap %s): an owner's cap is kept; lower power_limit or change "
+                        "the cap" % (_w(target), index, _w(cap), want["power_limit_cap_text"])
+                    )
+            if (
+                want.get("power_limit_at_least")
+                and int(cur) >= target
+                and (want.get("power_limit_cap") is None or int(cur) <= cap)
+            ):
                 target = int(cur)  # a minimum: a GPU already at or above it keeps its limit
             before["power_limit_w"] = _w(cur)
             after["power_limit_w"] = _w(target)
@@ -168,8 +253,9 @@ def plan_gpu(nv, index, want, locked_record):
             before["compute_mode"] = COMPUTE_NAMES.get(int(cur), "unknown_%d" % int(cur))
             after["compute_mode"] = want["compute_mode"]
             if before["compute_mode"] != after["compute_mode"]:
-                calls.append(("compute_mode", nv.nvmlDeviceSetComputeMode,
-                              (handle, COMPUTE_MODES[want["compute_mode"]])))
+                calls.append(
+                    ("compute_mode", nv.nvmlDeviceSetComputeMode, (handle, COMPUTE_MODES[want["compute_mode"]]))
+                )
 
     if want.get("application_clocks") is not None:
         _plan_app_clocks(nv, handle, index, want["application_clocks"], before, after, calls, unsupported)
@@ -185,13 +271,18 @@ def plan_gpu(nv, index, want, locked_record):
             else:
                 max_gr, err = _read(nv, nv.nvmlDeviceGetMaxClockInfo, handle, nv.NVML_CLOCK_GRAPHICS)
                 if err is None and wanted["max_mhz"] > int(max_gr):
-                    raise SettingsError("locked_clocks: max_mhz %d is above GPU %d's maximum graphics clock %d MHz"
-                                        % (wanted["max_mhz"], index, int(max_gr)))
-                calls.append(("locked_clocks", nv.nvmlDeviceSetGpuLockedClocks,
-                              (handle, wanted["min_mhz"], wanted["max_mhz"])))
+                    raise SettingsError(
+                        "locked_clocks: max_mhz %d is above GPU %d's maximum graphics clock %d MHz"
+                        % (wanted["max_mhz"], index, int(max_gr))
+                    )
+                calls.append(
+                    ("locked_clocks", nv.nvmlDeviceSetGpuLockedClocks, (handle, wanted["min_mhz"], wanted["max_mhz"]))
+                )
 
-    for key, getter, setter in (("ecc_mode", nv.nvmlDeviceGetEccMode, nv.nvmlDeviceSetEccMode),
-                                ("mig_mode", nv.nvmlDeviceGetMigMode, nv.nvmlDeviceSetMigMode)):
+    for key, getter, setter in (
+        ("ecc_mode", nv.nvmlDeviceGetEccMode, nv.nvmlDeviceSetEccMode),
+        ("mig_mode", nv.nvmlDeviceGetMigMode, nv.nvmlDeviceSetMigMode),
+    ):
         if want.get(key) is None:
             continue
         pair, err = _read(nv, getter, handle)
@@ -204,8 +295,7 @@ def plan_gpu(nv, index, want, locked_record):
         if pending != bool(want[key]):
             mode = nv.NVML_FEATURE_ENABLED if want[key] else nv.NVML_FEATURE_DISABLED
             calls.append((key, setter, (handle, mode)))
-    return {"index": index, "uuid": uuid, "before": before, "after": after, "calls": calls,
-            "unsupported": unsupported}
+    return {"index": index, "uuid": uuid, "before": before, "after": after, "calls": calls, "unsupported": unsupported}
 
 
 def _w(milliwatts):
@@ -233,15 +323,21 @@ def _plan_app_clocks(nv, handle, index, wanted, before, after, calls, unsupporte
         mems, err = _read(nv, nv.nvmlDeviceGetSupportedMemoryClocks, handle)
         if err is None:
             if target["memory_mhz"] not in [int(m) for m in mems]:
-                raise SettingsError("application_clocks.memory_mhz: %d is not supported by GPU %d (supported: %s)"
-                                    % (target["memory_mhz"], index, ", ".join(str(int(m)) for m in mems)))
+                raise SettingsError(
+                    "application_clocks.memory_mhz: %d is not supported by GPU %d (supported: %s)"
+                    % (target["memory_mhz"], index, ", ".join(str(int(m)) for m in mems))
+                )
             grs, err = _read(nv, nv.nvmlDeviceGetSupportedGraphicsClocks, handle, target["memory_mhz"])
             if err is None and target["graphics_mhz"] not in [int(g) for g in grs]:
-                raise SettingsError("application_clocks.graphics_mhz: %d is not supported by GPU %d at memory %d MHz "
-                                    "(%d-%d MHz in steps)" % (target["graphics_mhz"], index, target["memory_mhz"],
-                                                              min(grs), max(grs)))
-        call = ("application_clocks", nv.nvmlDeviceSetApplicationsClocks,
-                (handle, target["memory_mhz"], target["graphics_mhz"]))
+                raise SettingsError(
+                    "application_clocks.graphics_mhz: %d is not supported by GPU %d at memory %d MHz "
+                    "(%d-%d MHz in steps)" % (target["graphics_mhz"], index, target["memory_mhz"], min(grs), max(grs))
+                )
+        call = (
+            "application_clocks",
+            nv.nvmlDeviceSetApplicationsClocks,
+            (handle, target["memory_mhz"], target["graphics_mhz"]),
+        )
     after["application_clocks"] = target
     if target != before["application_clocks"]:
         calls.append(call)
@@ -265,3 +361,119 @@ def apply(nv, plans, strict):
                 raise SettingsError("GPU %d: setting %s failed: %s" % (plan["index"], key, reason)) from exc
             plan["applied"].append(key)
     return plans
+
+
+def check_strict(plans):
+    """strict: a setting a selected GPU does not support fails the whole request (before anything is written)."""
+    for plan in plans:
+        if plan["unsupported"]:
+            raise SettingsError(
+                "strict: GPU %d does not support %s"
+                % (plan["index"], ", ".join("%s (%s)" % kv for kv in sorted(plan["unsupported"].items())))
+            )
+
+
+def rollback_entries(plans, state_dir):
+    """Rollback entries (module_utils/rollback.py, kind 'gpu') with the value each planned call will replace."""
+    entries = []
+    for plan in plans:
+        for key, _fn, _args in plan["calls"]:
+            value = plan["before"].get(key)
+            if key in ("ecc_mode", "mig_mode"):
+                value = value["pending"]
+            entries.append(
+                {"kind": "gpu", "uuid": plan["uuid"], "setting": key, "value": value, "state_dir": state_dir}
+            )
+    return entries
+
+
+def remember_locked(locked_record, plans):
+    """Update the locked-clock record (uuid -> {min_mhz, max_mhz}) with the locks ``apply`` set or removed.
+
+    Returns True when the record changed (then save_locked it)."""
+    changed = False
+    for plan in plans:
+        if "locked_clocks" not in plan.get("applied", []):
+            continue
+        wanted = plan["after"]["locked_clocks"]
+        if wanted == "none":
+            changed = locked_record.pop(plan["uuid"], None) is not None or changed
+        else:
+            locked_record[plan["uuid"]] = wanted
+            changed = True
+    return changed
+
+
+def apply_and_remember(nv, plans, strict, state_dir):
+    """apply() the plans, then record the locked clocks they set (NVML has no getter for them)."""
+    locked = load_locked(state_dir)
+    apply(nv, plans, strict)
+    if remember_locked(locked, plans):
+        save_locked(state_dir, locked)
+    return plans
+
+
+def results(plans):
+    """What the module returns per GPU: before, after, the settings that differ and the unsupported ones."""
+    return [
+        {
+            "index": plan["index"],
+            "uuid": plan["uuid"],
+            "before": plan["before"],
+            "after": plan["after"],
+            "changed": sorted(set(c[0] for c in plan["calls"]) - set(plan["unsupported"])),
+            "unsupported": plan["unsupported"],
+        }
+        for plan in plans
+    ]
+
+
+def reboot_required(gpus):
+    """A pending ECC or MIG mode differs from the current one on any GPU (``results`` entries)."""
+    return any(
+        gpu["after"].get(key, {}).get("pending") != gpu["after"].get(key, {}).get("current")
+        for gpu in gpus
+        for key in ("ecc_mode", "mig_mode")
+        if key in gpu["after"]
+    )
+
+
+def diff(gpus):
+    """Ansible's diff for the settings that change: one 'GPU <index> <setting>: <value>' line each."""
+    return {
+        "before": "".join("GPU %d %s: %s\n" % (g["index"], k, g["before"].get(k)) for g in gpus for k in g["changed"]),
+        "after": "".join("GPU %d %s: %s\n" % (g["index"], k, g["after"].get(k)) for g in gpus for k in g["changed"]),
+    }
+
+
+def restore(nv, entries, check_mode):
+    """Put back the prior values of rollback entries of kind 'gpu', through the same plan and apply as a change.
+
+    ``nv`` is an initialised NVML. Returns ``[(entry, changed)]``; outside check mode the changes are applied.
+    """
+    by_uuid = {}
+    for entry in entries:
+        by_uuid.setdefault(entry["uuid"], []).append(entry)
+    out = []
+    for uuid, items in sorted(by_uuid.items()):
+        want = {}
+        for entry in items:
+            key, value = entry["setting"], entry["value"]
+            if key == "power_limit_w":
+                want["power_limit"] = ("watts", float(value))
+            elif key == "locked_clocks":
+                want["locked_clocks"] = value if isinstance(value, dict) else "none"
+            else:
+                want[key] = value
+        try:
+            handle = nv.nvmlDeviceGetHandleByUUID(uuid)
+            index = int(nv.nvmlDeviceGetIndex(handle))
+        except nv.NVMLError as exc:
+            raise SettingsError("GPU %s: not found (%s)" % (uuid, error_name(exc))) from exc
+        state_dir = items[0].get("state_dir") or "/var/lib/gpufleet"
+        plan = plan_gpu(nv, index, want, load_locked(state_dir))
+        planned = set(call[0] for call in plan["calls"])
+        out.extend((entry, entry["setting"] in planned) for entry in items)
+        if plan["calls"] and not check_mode:
+            apply_and_remember(nv, [plan], False, state_dir)
+    return out

@@ -89,6 +89,17 @@ options:
   nvml_library:
     description: Path of C(libnvidia-ml.so.1) when the driver is outside the loader's search path.
     type: path
+  config_file:
+    description:
+      - The GPU boot configuration (JSON) that C(gpufleet-gpu-apply), run at every boot by the
+        M(gpufleet.tuning.gpu_runtime) role's C(gpufleet-gpu-runtime.service), re-applies.
+      - The settings of this call that the driver forgets at reboot (persistence mode, power limit, compute mode,
+        application and locked clocks) are merged into it per GPU UUID, after they are applied; other GPUs and
+        settings in the file are kept. ECC and MIG modes persist on the GPU and are not recorded.
+      - Written atomically, only when its content changes (the change shows in the diff); not written in check mode.
+      - Unset (the default) to record nothing.
+    type: path
+    version_added: "0.3.0"
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.tuning.rollback
@@ -139,6 +150,12 @@ EXAMPLES = r"""
   become: true
   register: gpu
 
+- name: Persistence on now and at every boot (the file gpufleet-gpu-apply reads)
+  gpufleet.tuning.gpu_settings:
+    persistence_mode: true
+    config_file: /etc/gpufleet/gpu-runtime.json
+  become: true
+
 - name: Tell the operator a reboot is needed
   ansible.builtin.debug:
     msg: "reboot needed for ECC"
@@ -162,82 +179,107 @@ reboot_required:
   description: A pending ECC or MIG mode differs from the current one.
   returned: always
   type: bool
+config_changed:
+  description: O(config_file) was written (or would be, in check mode) because its content changes.
+  returned: when O(config_file) is set
+  type: bool
+  version_added: "0.3.0"
 """
 
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_boot_config as boot
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_settings as gs
 from ansible_collections.gpufleet.tuning.plugins.module_utils import nvml, rollback
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
+from ansible_collections.gpufleet.tuning.plugins.module_utils.nvml_session import NvmlInitError, nvml_session
 
 
-def _clock_pair(module, name, value, keys):
-    if not isinstance(value, dict) or set(value) != set(keys):
-        return None
-    out = {}
-    for key in keys:
-        v = value[key]
-        if isinstance(v, bool) or not isinstance(v, int) and not (isinstance(v, str) and v.isdigit()):
-            module.fail_json(msg="%s.%s: must be a whole number of MHz, got %r" % (name, key, v))
-        out[key] = int(v)
-        if not 0 < out[key] <= 100000:
-            module.fail_json(msg="%s.%s: %d MHz is not a plausible clock" % (name, key, out[key]))
-    return out
+class GpuSettings(object):
+    """Current against wanted per GPU, then ``changed``, then the work (outside check mode), then the result.
 
+    ``want`` is the parsed request (gpu_settings.parse_request); ``nv`` an initialised NVML.
+    """
 
-def _wanted(module):
-    p = module.params
-    want = {
-        "persistence_mode": p["persistence_mode"],
-        "compute_mode": p["compute_mode"],
-        "ecc_mode": p["ecc_mode"],
-        "mig_mode": p["mig_mode"],
-        "power_limit": None,
-        "application_clocks": None,
-        "locked_clocks": None,
-    }
-    if p["power_limit"] is not None:
+    def __init__(self, module, nv, want):
+        self.module = module
+        self.params = module.params
+        self.nv = nv
+        self.want = want
+
+        self.plans = []  # per GPU: before, after and the NVML calls between them
+        self.gpus = []  # the per-GPU result
+        self.config_before = None  # config_file's text now (None: no file)
+        self.config_after = None  # its text after this run
+        self.set_gpus = False  # do NVML calls need to run
+        self.write_config = False  # does config_file need to be written
+        self.changed = False
+
+        self.process()
+
+    def process(self):
+        p = self.params
+
+        # What the GPUs hold and what each would need; every request checked on every GPU before any write.
+        locked = gs.load_locked(p["state_dir"])
+        self.plans = [gs.plan_gpu(self.nv, i, self.want, locked) for i in gs.select_gpus(self.nv, p["gpus"])]
+        if p["strict"]:
+            gs.check_strict(self.plans)
+        if p["config_file"]:
+            self.config_before = self.read_config()
+            existing = boot.parse(self.config_before, p["config_file"])
+        self.set_gpus = any(plan["calls"] for plan in self.plans)
+
+        # Do the work
+        if self.set_gpus and not self.module.check_mode:
+            rollback.record_for(self.module, gs.rollback_entries(self.plans, p["state_dir"]))
+            gs.apply_and_remember(self.nv, self.plans, p["strict"], p["state_dir"])
+        self.gpus = gs.results(self.plans)
+
+        # The boot configuration holds what the GPUs now have (or will have, in check mode).
+        if p["config_file"]:
+            self.config_after = boot.render(boot.merge(existing, self.gpus))
+            self.write_config = self.config_after != self.config_before
+            if self.write_config and not self.module.check_mode:
+                self.write_config_file()
+
+        self.changed = self.write_config or any(g["changed"] for g in self.gpus)
+
+    def read_config(self):
         try:
-            want["power_limit"] = gs.parse_power_limit(p["power_limit"])
-        except gs.SettingsError as exc:
-            module.fail_json(msg=str(exc))
-    if p["power_limit_cap"] is not None:
+            with open(self.params["config_file"]) as f:
+                return f.read()
+        except (IOError, OSError):
+            return None
+
+    def write_config_file(self):
+        path = self.params["config_file"]
+        rollback.record_for(self.module, [{"kind": "file", "path": path, "content": self.config_before}])
         try:
-            kind, number = gs.parse_power_limit(p["power_limit_cap"])
-        except gs.SettingsError as exc:
-            module.fail_json(msg=str(exc).replace("power_limit:", "power_limit_cap:", 1))
-        if kind not in ("watts", "percent"):
-            module.fail_json(msg="power_limit_cap: use watts (300) or a percent of the default (80%%), got %r"
-                             % p["power_limit_cap"])
-        want["power_limit_cap"] = (kind, number)
-        want["power_limit_cap_text"] = p["power_limit_cap"]
-    want["power_limit_clamp"] = p["power_limit_clamp"]
-    want["power_limit_at_least"] = p["power_limit_at_least"]
-    if p["application_clocks"] is not None:
-        value = p["application_clocks"]
-        if value == "default":
-            want["application_clocks"] = "default"
-        else:
-            want["application_clocks"] = _clock_pair(
-                module, "application_clocks", value, ("memory_mhz", "graphics_mhz")
-            )
-            if want["application_clocks"] is None:
-                module.fail_json(
-                    msg="application_clocks: use 'default' or {memory_mhz: N, graphics_mhz: N}, got %r" % (value,)
-                )
-    if p["locked_clocks"] is not None:
-        value = p["locked_clocks"]
-        if value in ("none", "reset"):
-            want["locked_clocks"] = "none"
-        else:
-            want["locked_clocks"] = _clock_pair(module, "locked_clocks", value, ("min_mhz", "max_mhz"))
-            if want["locked_clocks"] is None:
-                module.fail_json(msg="locked_clocks: use 'none' or {min_mhz: N, max_mhz: N}, got %r" % (value,))
-            if want["locked_clocks"]["min_mhz"] > want["locked_clocks"]["max_mhz"]:
-                module.fail_json(
-                    msg="locked_clocks: min_mhz %(min_mhz)d is above max_mhz %(max_mhz)d" % want["locked_clocks"]
-                )
-    return want
+            write_atomic(path, self.config_after)
+        except (IOError, OSError) as exc:
+            self.module.fail_json(msg="config_file: cannot write %s: %s" % (path, exc))
+
+    def diff(self):
+        gpus = gs.diff(self.gpus)
+        if not self.params["config_file"]:
+            return gpus
+        config = {
+            "before_header": self.params["config_file"],
+            "after_header": self.params["config_file"],
+            "before": self.config_before or "",
+            "after": self.config_after,
+        }
+        return [gpus, config]
+
+    def result(self):
+        out = dict(
+            changed=self.changed, gpus=self.gpus, reboot_required=gs.reboot_required(self.gpus), diff=self.diff()
+        )
+        if self.params["config_file"]:
+            out["config_changed"] = self.write_config
+        return out
 
 
 def main():
@@ -257,13 +299,17 @@ def main():
             strict=dict(type="bool", default=False),
             state_dir=dict(type="path", default="/var/lib/gpufleet"),
             nvml_library=dict(type="path"),
+            config_file=dict(type="path"),
             **rollback.ARGUMENT_SPEC,
         ),
         supports_check_mode=True,
     )
     p = module.params
     rollback.check_params(module)
-    want = _wanted(module)
+    try:
+        want = gs.parse_request(p)
+    except gs.SettingsError as exc:
+        module.fail_json(msg=str(exc))
 
     try:
         nv = nvml.load_pynvml(p["nvml_library"])
@@ -274,80 +320,17 @@ def main():
         )
     except OSError as exc:
         module.fail_json(msg="nvml_library: cannot load %s: %s" % (p["nvml_library"], exc))
+
     try:
-        nv.nvmlInit()
+        with nvml_session(nv):
+            result = GpuSettings(module, nv, want).result()
+    except NvmlInitError as exc:
+        module.fail_json(msg="NVML could not be initialised: %s" % nvml.error_name(exc.error))
     except nv.NVMLError as exc:
-        module.fail_json(msg="NVML could not be initialised: %s" % nvml.error_name(exc))
-
-    try:
-        locked = gs.load_locked(p["state_dir"])
-        try:
-            plans = [gs.plan_gpu(nv, i, want, locked) for i in gs.select_gpus(nv, p["gpus"])]
-        except nv.NVMLError as exc:
-            module.fail_json(msg="reading GPU settings failed: %s" % nvml.error_name(exc))
-        if p["strict"]:
-            for plan in plans:
-                if plan["unsupported"]:
-                    module.fail_json(
-                        msg="strict: GPU %d does not support %s"
-                        % (plan["index"], ", ".join("%s (%s)" % kv for kv in sorted(plan["unsupported"].items())))
-                    )
-        changed = any(plan["calls"] for plan in plans)
-        if changed and not module.check_mode:
-            entries = []
-            for plan in plans:
-                for key, _fn, _args in plan["calls"]:
-                    value = plan["before"].get(key)
-                    if key in ("ecc_mode", "mig_mode"):
-                        value = value["pending"]
-                    entries.append({"kind": "gpu", "uuid": plan["uuid"], "setting": key, "value": value,
-                                    "state_dir": p["state_dir"]})
-            rollback.record_for(module, entries)
-            gs.apply(nv, plans, p["strict"])
-            if want["locked_clocks"] is not None:
-                for plan in plans:
-                    if "locked_clocks" in plan.get("applied", []):
-                        if want["locked_clocks"] == "none":
-                            locked.pop(plan["uuid"], None)
-                        else:
-                            locked[plan["uuid"]] = want["locked_clocks"]
-                gs.save_locked(p["state_dir"], locked)
-    except gs.SettingsError as exc:
+        module.fail_json(msg="reading GPU settings failed: %s" % nvml.error_name(exc))
+    except (gs.SettingsError, boot.BootConfigError) as exc:
         module.fail_json(msg=str(exc))
-    finally:
-        try:
-            nv.nvmlShutdown()
-        except nv.NVMLError:
-            pass
-
-    result_gpus = []
-    for plan in plans:
-        result_gpus.append(
-            {
-                "index": plan["index"],
-                "uuid": plan["uuid"],
-                "before": plan["before"],
-                "after": plan["after"],
-                "changed": sorted(set(c[0] for c in plan["calls"]) - set(plan["unsupported"])),
-                "unsupported": plan["unsupported"],
-            }
-        )
-    reboot_required = any(
-        g["after"].get(key, {}).get("pending") != g["after"].get(key, {}).get("current")
-        for g in result_gpus
-        for key in ("ecc_mode", "mig_mode")
-        if key in g["after"]
-    )
-    changed = any(g["changed"] for g in result_gpus)
-    diff = {
-        "before": "".join(
-            "GPU %d %s: %s\n" % (g["index"], k, g["before"].get(k)) for g in result_gpus for k in g["changed"]
-        ),
-        "after": "".join(
-            "GPU %d %s: %s\n" % (g["index"], k, g["after"].get(k)) for g in result_gpus for k in g["changed"]
-        ),
-    }
-    module.exit_json(changed=changed, gpus=result_gpus, reboot_required=reboot_required, diff=diff)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -93,6 +93,7 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_setting
 from ansible_collections.gpufleet.tuning.plugins.module_utils import links, nic, nic_settings, nvml, rollback, sysctl
 from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
+from ansible_collections.gpufleet.tuning.plugins.module_utils.nvml_session import NvmlInitError, nvml_session
 
 
 _C = {"LC_ALL": "C", "LANG": "C"}
@@ -188,44 +189,13 @@ def restore_value(module, path, value):
 
 
 def restore_gpus(module, entries):
-    """Group GPU entries per UUID and let gpu_settings plan and apply the prior values."""
+    """Let gpu_settings plan and apply the prior values of GPU entries, in one NVML session."""
     if not entries:
         return [], []
     nv = nvml.load_pynvml(module.params["nvml_library"])
-    nv.nvmlInit()
-    restored, unchanged = [], []
-    try:
-        by_uuid = {}
-        for e in entries:
-            by_uuid.setdefault(e["uuid"], []).append(e)
-        for uuid, items in sorted(by_uuid.items()):
-            want = {}
-            for e in items:
-                key, value = e["setting"], e["value"]
-                if key == "power_limit_w":
-                    want["power_limit"] = ("watts", float(value))
-                elif key == "locked_clocks":
-                    want["locked_clocks"] = value if isinstance(value, dict) else "none"
-                else:
-                    want[key] = value
-            handle = nv.nvmlDeviceGetHandleByUUID(uuid)
-            index = int(nv.nvmlDeviceGetIndex(handle))
-            state_dir = items[0].get("state_dir") or "/var/lib/gpufleet"
-            locked = gs.load_locked(state_dir)
-            plan = gs.plan_gpu(nv, index, want, locked)
-            for e in items:
-                (restored if any(c[0] == e["setting"] for c in plan["calls"]) else unchanged).append(_describe(e))
-            if plan["calls"] and not module.check_mode:
-                gs.apply(nv, [plan], strict=False)
-                if "locked_clocks" in want:
-                    if want["locked_clocks"] == "none":
-                        locked.pop(uuid, None)
-                    else:
-                        locked[uuid] = want["locked_clocks"]
-                    gs.save_locked(state_dir, locked)
-    finally:
-        nv.nvmlShutdown()
-    return restored, unchanged
+    with nvml_session(nv):
+        done = gs.restore(nv, entries, module.check_mode)
+    return [_describe(e) for e, changed in done if changed], [_describe(e) for e, changed in done if not changed]
 
 
 def restore_nics(module, entries):
@@ -312,6 +282,10 @@ def main():
         r, u = restore_gpus(module, [e for e in entries if e["kind"] == "gpu"])
     except gs.SettingsError as exc:
         module.fail_json(msg="restoring GPU settings failed: %s" % exc)
+    except NvmlInitError as exc:
+        module.fail_json(
+            msg="restoring GPU settings failed: NVML could not be initialised: %s" % nvml.error_name(exc.error)
+        )
     restored += r
     unchanged += u
     r, u = restore_nics(module, [e for e in entries if e["kind"] == "nic"])

@@ -79,11 +79,10 @@ def test_fix_idempotence_and_reboot(host, profiles, sim_lib):
     gpu1, changed = _run(tmp)
     assert gpu1.status == "ok", gpu1.message
     assert changed == [
-        "Create the gpufleet directories",
+        "Create the directory of the boot-time apply script",
         "Install the boot-time apply script",
         "Persistence mode (GPU-PWR-001)",
         "Power limit (GPU-PWR-002)",
-        "Write the settings to re-apply at boot",
     ]
     state = profiles.read_state(state_path)
     assert [state[f"gpu.{i}.persistence_mode"] for i in range(2)] == ["1", "1"]
@@ -266,3 +265,27 @@ def test_user_value_wins_is_reported_and_never_exceeds_a_declared_cap(tmp_path, 
     assert gpu1.status == "failed"
     assert "above the declared cap of 300 W" in gpu1.message and "GPU 0" in gpu1.message, gpu1.message
     assert _limits(profiles, state) == ["400000", "400000"]
+
+
+# ---------------------------------------------------------------- issue 14: the reboot contract on every run
+
+REBOOT_FACT = """  tasks:
+    - name: Reboot fact
+      ansible.builtin.debug:
+        var: gpu_runtime_reboot_required
+"""
+
+
+@pytest.mark.parametrize(
+    "hostvars, expected",
+    [
+        ({"gpu_runtime_enabled": False}, False),  # before: not set at all when the role is disabled
+        ({"gpu_runtime_ecc_mode": True}, True),  # the A100 sim has ECC off: on is pending until a reboot
+    ],
+)
+def test_reboot_required_is_set_on_every_run(tmp_path, profiles, sim_lib, hostvars, expected):
+    state = _policy_host(tmp_path, profiles, sim_lib, ["gpu.*.ecc_current=0", "gpu.*.ecc_pending=0"], **hostvars)
+    (tmp_path / "play.yml").write_text(PLAY + REBOOT_FACT)
+    gpu1, _changed = _run(tmp_path)
+    assert gpu1.status == "ok", gpu1.message
+    assert gpu1.results["Reboot fact"]["gpu_runtime_reboot_required"] is expected

@@ -212,3 +212,159 @@ def test_select_by_uuid(fleet):
     assert [g["index"] for g in res["gpus"]] == [2]
     state = fleet["profiles"].read_state(fleet["states"]["by_uuid"])
     assert [state[f"gpu.{i}.persistence_mode"] for i in range(4)] == ["0", "0", "1", "0"]
+
+
+# ---------------------------------------------------------------- issue 14: config_file, the GPU boot configuration
+
+CONFIG_PLAY = """
+- name: gpu_settings config_file
+  hosts: all
+  gather_facts: false
+  environment:
+    LD_LIBRARY_PATH: "{{ sim_lib_dir }}"
+    FAKE_NVML_STATE: "{{ sim_state }}"
+  tasks:
+    - name: Set GPU settings
+      check_mode: "{{ check | default(false) }}"
+      diff: true
+"""
+
+
+@pytest.fixture
+def one_host(tmp_path, profiles, sim_lib):
+    """run(args, check=False, state_path=None, module=gpu_settings) -> the run (one H100 pair, persistence off)."""
+    state = tmp_path / "nvml.state"
+    profiles.write_state(
+        state, profiles.build_state("h100", gpus=2, driver="550", overrides=["gpu.*.persistence_mode=0"])
+    )
+
+    def run(args, check=False, state_path=None, module="gpu_settings"):
+        if module == "gpu_settings":
+            args = {"state_dir": str(tmp_path / "var"), **args}
+        play = yaml.safe_load(CONFIG_PLAY)
+        play[0]["tasks"][0]["gpufleet.tuning." + module] = args
+        (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+        host = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "sim_lib_dir": str(sim_lib.parent),
+            "sim_state": str(state_path or state),
+        }
+        (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"gpu1": host}}}))
+        return run_playbook(str(tmp_path / "play.yml"), str(tmp_path / "hosts.yml"), extravars={"check": check})
+
+    uuids = [profiles.read_state(state)[f"gpu.{i}.uuid"] for i in range(2)]
+    return run, state, uuids
+
+
+def test_config_file_check_mode_then_write_then_nothing(one_host, tmp_path, profiles):
+    run, state, uuids = one_host
+    config = tmp_path / "etc" / "gpu-runtime.json"
+    args = {"persistence_mode": True, "power_limit": "90%", "config_file": str(config)}
+
+    checked = run(args, check=True).hosts["gpu1"]
+    assert checked.status == "ok", checked.message
+    res = checked.results[TASK]
+    assert res["changed"] is True and res["config_changed"] is True
+    assert not config.exists() and not (tmp_path / "var").exists()
+    assert profiles.read_state(state)["gpu.0.persistence_mode"] == "0"
+
+    first = run(args).hosts["gpu1"].results[TASK]
+    assert first["changed"] is True and first["config_changed"] is True
+    assert first["diff"] == res["diff"]  # check mode predicted the run, file included
+    gpus_diff, file_diff = first["diff"]
+    assert "GPU 0 persistence_mode: True\n" in gpus_diff["after"]
+    assert file_diff["before_header"] == str(config) and file_diff["before"] == ""
+    # The format gpufleet-gpu-apply reads (unchanged from the gpu_boot_config filter's output).
+    assert (
+        config.read_text()
+        == json.dumps(
+            {"gpus": {u: {"persistence_mode": True, "power_limit_w": 630} for u in sorted(uuids)}},
+            indent=4,
+            sort_keys=True,
+        )
+        + "\n"
+    )
+    assert file_diff["after"] == config.read_text()
+    assert oct(config.stat().st_mode & 0o777) == "0o644"
+
+    mtime = config.stat().st_mtime_ns
+    second = run(args).hosts["gpu1"].results[TASK]
+    assert second["changed"] is False and second["config_changed"] is False
+    assert config.stat().st_mtime_ns == mtime
+
+
+def test_config_file_merges_and_changes_alone(one_host, tmp_path, profiles):
+    """Other GPUs and keys are kept; ECC is not recorded; a file that differs is a change even when the GPUs are
+    right; removing a lock removes it from the file."""
+    run, state, uuids = one_host
+    config = tmp_path / "gpu-runtime.json"
+    other = "GPU-00000000-0000-0000-0000-000000000000"
+    config.write_text(json.dumps({"gpus": {other: {"power_limit_w": 300}, uuids[0]: {"compute_mode": "default"}}}))
+
+    res = run({"persistence_mode": True, "ecc_mode": True, "config_file": str(config)}).hosts["gpu1"].results[TASK]
+    assert res["changed"] is True
+    assert json.loads(config.read_text())["gpus"] == {
+        other: {"power_limit_w": 300},
+        uuids[0]: {"compute_mode": "default", "persistence_mode": True},
+        uuids[1]: {"persistence_mode": True},
+    }
+
+    # The GPUs hold the settings already; only the (lost) file differs: a change, and only the file changes.
+    config.unlink()
+    res = run({"persistence_mode": True, "config_file": str(config)}).hosts["gpu1"].results[TASK]
+    assert res["changed"] is True and res["config_changed"] is True
+    assert all(g["changed"] == [] for g in res["gpus"])
+    assert set(json.loads(config.read_text())["gpus"]) == set(uuids)
+
+    lock = {"min_mhz": 1410, "max_mhz": 1410}
+    run({"locked_clocks": lock, "gpus": ["0"], "config_file": str(config)})
+    assert json.loads(config.read_text())["gpus"][uuids[0]]["locked_clocks"] == lock
+    run({"locked_clocks": "none", "gpus": ["0"], "config_file": str(config)})
+    assert json.loads(config.read_text())["gpus"][uuids[0]] == {"persistence_mode": True}
+
+
+def test_config_file_not_json_fails_before_any_gpu_change(one_host, tmp_path, profiles):
+    run, state, _uuids = one_host
+    config = tmp_path / "gpu-runtime.json"
+    config.write_text("{not json")
+    before = _hash(state)
+    host = run({"persistence_mode": True, "config_file": str(config)}).hosts["gpu1"]
+    assert host.status == "failed"
+    assert f"config_file: {config} is not valid JSON" in host.message and "Traceback" not in host.message
+    assert _hash(state) == before and config.read_text() == "{not json"
+
+
+def test_config_file_records_its_prior_content_for_rollback(one_host, tmp_path):
+    run, _state, _uuids = one_host
+    config = tmp_path / "gpu-runtime.json"
+    args = {
+        "persistence_mode": True,
+        "config_file": str(config),
+        "rollback_run_id": "r1",
+        "rollback_dir": str(tmp_path / "rb"),
+    }
+    assert run(args).hosts["gpu1"].status == "ok"
+    record = json.loads((tmp_path / "rb" / "r1.json").read_text())
+    assert {"kind": "file", "path": str(config), "content": None} in record["entries"]
+    assert {e["setting"] for e in record["entries"] if e["kind"] == "gpu"} == {"persistence_mode"}
+
+
+def test_rollback_of_gpu_entries_without_nvml_fails_clearly(one_host, tmp_path):
+    """rollback restores GPU entries in one NVML session (nvml_session): NVML that cannot start is a clear error
+    (before: a traceback from nvmlInit)."""
+    run, _state, uuids = one_host
+    rb = tmp_path / "rb"
+    rb.mkdir()
+    entry = {
+        "kind": "gpu",
+        "uuid": uuids[0],
+        "setting": "persistence_mode",
+        "value": False,
+        "state_dir": str(tmp_path / "var"),
+    }
+    (rb / "r1.json").write_text(json.dumps({"run_id": "r1", "entries": [entry]}))
+    host = run({"run_id": "r1", "rollback_dir": str(rb)}, state_path=tmp_path / "no-such.state", module="rollback")
+    host = host.hosts["gpu1"]
+    assert host.status == "failed"
+    assert "restoring GPU settings failed: NVML could not be initialised: DriverNotLoaded" in host.message, host.message
