@@ -9,12 +9,17 @@ Design rules, from NVML's documented behaviour rather than any one driver:
   driver without the symbol) or another NVML error: the field becomes ``None`` and the
   reason goes into the GPU's ``unsupported`` map, the rest is still read;
 * a GPU that reports GpuIsLost is marked ``lost`` and left alone; other GPUs are still read;
-* a host without a usable library or driver is a fact (``nvml.available: false``), not a failure.
+* a host without a usable library or driver is a fact (``nvml.available: false``), not a failure;
+* cumulative error counters (PCIe replays, NVLink replay/recovery/CRC) are read twice, ``sample_seconds``
+  apart: DCGM's health watches judge how much a counter rose in a window, not its lifetime total
+  (modules/health/DcgmHealthWatch.cpp in github.com/NVIDIA/DCGM), so the increase is a fact of its own.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
+
+import time
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
@@ -22,6 +27,38 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import Host
 MIB = 1024 * 1024
 # Enough 64-bit words for 4096 logical CPUs; NVML fills only what the host has.
 CPU_SET_WORDS = 64
+# Seconds between the two reads of the cumulative error counters (see the module docstring).
+SAMPLE_SECONDS = 1.0
+
+# nvmlNvLinkErrorCounter_t -> our name; DCGM's NVLink health watch judges these four
+# (DCGM_FI_DEV_NVLINK_{REPLAY,RECOVERY,CRC_FLIT,CRC_DATA}_ERROR_TOTAL, summed over the links).
+NVLINK_COUNTERS = (("replay", 0), ("recovery", 1), ("crc_flit", 2), ("crc_data", 3))
+
+# nvmlGpuFabricState_t
+FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+
+# nvmlDeviceGpuRecoveryAction_t (nvml.h; NVIDIA GPU memory error management: recovery action flag)
+RECOVERY_ACTIONS = {
+    0: "none",
+    1: "gpu_reset",
+    2: "node_reboot",
+    3: "drain_p2p",
+    4: "drain_and_reset",
+    5: "recover_imex_domain",
+    6: "bus_reset",
+    7: "system_reboot",
+}
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+
+# NVML_GPU_FABRIC_HEALTH_MASK_*: (name, shift, width, values that mean trouble). DCGM fails each of these
+# (DcgmHealthWatch::MonitorFabricFields); "incorrect_configuration" is trouble unless 0 (not supported) or 1 (none).
+FABRIC_HEALTH_BITS = (
+    ("degraded_bandwidth", 0, 0x3, (1,)),
+    ("route_recovery", 2, 0x3, (1,)),
+    ("route_unhealthy", 4, 0x3, (1,)),
+    ("access_timeout_recovery", 6, 0x3, (1,)),
+    ("incorrect_configuration", 8, 0xF, tuple(range(2, 16))),
+)
 
 
 class NvmlUnavailable(Exception):
@@ -66,6 +103,9 @@ class _Gpu:
         self.unsupported = {}
         self.lost = False
         self.data = {"index": index}
+        self.links = []  # NVLink links whose state NVML reported
+        self.first = None  # first read of the error counters
+        self.first_at = None
 
     def call(self, field, fn, *args):
         """Run an NVML getter for ``field``; None (and a recorded reason) on any error."""
@@ -119,6 +159,12 @@ def _sysfs_bus_id(pci_bus_id):
 
 
 def read_gpu(nv, handle, index, fs):
+    """One GPU's facts, with a single read of the error counters (no increase); collect() samples twice."""
+    g = _read_gpu(nv, handle, index, fs)
+    return _finish(g)
+
+
+def _read_gpu(nv, handle, index, fs):
     g = _Gpu(nv, handle, index)
     d = g.data
 
@@ -233,6 +279,11 @@ def read_gpu(nv, handle, index, fs):
     d["mig"] = None if mig_current is None else {"current": mig_current, "pending": mig_pending}
 
     d["nvlink"] = _nvlink(g, nv)
+    d["fabric"] = _fabric(g, nv)
+    d["recovery_action"] = _recovery_action(g, nv)
+    d["vbios_version"] = _text(g.call("vbios_version", nv.nvmlDeviceGetVbiosVersion))
+    g.first = _counters(g, nv)
+    g.first_at = time.monotonic()
 
     words = g.call("cpu_affinity", nv.nvmlDeviceGetCpuAffinity, CPU_SET_WORDS)
     d["cpu_affinity"] = decoders.cpus_to_cpulist(decoders.mask_words_to_cpus(words)) if words is not None else None
@@ -243,12 +294,122 @@ def read_gpu(nv, handle, index, fs):
         {"pid": int(p.pid), "used_memory_mib": _mib(p.usedGpuMemory)} for p in procs
     ]
 
+    return g
+
+
+def _finish(g, second=None, seconds=None):
+    """Store the counters (and their increase when a second read was taken) and the bookkeeping."""
+    d = g.data
+    first = g.first
+    last = second or first
+    if d.get("pcie") is not None:
+        d["pcie"]["replay_count"] = last["pcie_replay"]
+        d["pcie"]["replay_increase"] = _increase(first["pcie_replay"], second and second["pcie_replay"], 32)
+        d["pcie"]["sample_seconds"] = seconds if second else None
+    if d.get("nvlink") is not None:
+        d["nvlink"]["errors"] = last["nvlink"]
+        d["nvlink"]["errors_increase"] = None if not second or first["nvlink"] is None else {
+            k: _increase(first["nvlink"].get(k), (second["nvlink"] or {}).get(k), 64) for k in first["nvlink"]
+        }
+        d["nvlink"]["sample_seconds"] = seconds if second else None
     d["lost"] = g.lost
     if g.lost:
         # Whatever was read before the GPU fell off the bus is kept; the rest is unknown.
         g.unsupported = {k: v for k, v in g.unsupported.items() if v != "GpuIsLost"}
     d["unsupported"] = g.unsupported
     return d
+
+
+def _increase(before, after, bits):
+    """How much a cumulative counter rose; a counter that wrapped (NVML's PCIe replay counter is 32-bit)
+    counts from zero again, as DCGM takes the absolute difference."""
+    if before is None or after is None:
+        return None
+    if after >= before:
+        return after - before
+    return after + (1 << bits) - before if bits else before - after
+
+
+def _counters(g, nv):
+    """One read of the cumulative error counters: PCIe replays and NVLink errors summed over the links."""
+    out = {"pcie_replay": None, "nvlink": None}
+    if g.lost:
+        return out
+    replay = g.call("pcie.replay_count", nv.nvmlDeviceGetPcieReplayCounter)
+    out["pcie_replay"] = None if replay is None else int(replay)
+    links = g.links
+    if links:
+        sums = {}
+        for name, counter in NVLINK_COUNTERS:
+            total = 0
+            for link in links:
+                value = g.call("nvlink.errors." + name, nv.nvmlDeviceGetNvLinkErrorCounter, link, counter)
+                if value is None:
+                    total = None
+                    break
+                total += int(value)
+            sums[name] = total
+        out["nvlink"] = sums
+    return out
+
+
+def _fabric(g, nv):
+    """GPU fabric probe (Hopper and later on NVSwitch systems); None where NVML does not support it."""
+    import ctypes  # pynvml hands the structure to C as given: it must be a pointer
+
+    info = None
+    struct = getattr(nv, "c_nvmlGpuFabricInfoV_t", None)
+    if struct is not None:
+        info = struct()
+        if g.call("fabric", nv.nvmlDeviceGetGpuFabricInfoV, ctypes.byref(info)) is None:
+            info = None
+    if info is None and g.unsupported.get("fabric", "FunctionNotFound") == "FunctionNotFound":
+        # Drivers before the versioned call (and pynvml without it) only have the plain one.
+        g.unsupported.pop("fabric", None)
+        info = nv.c_nvmlGpuFabricInfo_t()
+        if g.call("fabric", nv.nvmlDeviceGetGpuFabricInfo, ctypes.byref(info)) is None:
+            info = None
+    if info is None:
+        return None
+    state = int(info.state) & 0xFF
+    if state == 0:  # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED: no NVSwitch fabric for this GPU
+        g.unsupported["fabric"] = "NotSupported"
+        return None
+    status = int(info.status)
+    mask = int(getattr(info, "healthMask", 0) or 0)
+    health = []
+    for name, shift, width, bad in FABRIC_HEALTH_BITS:
+        if ((mask >> shift) & width) in bad:
+            health.append(name)
+    return {
+        "state": FABRIC_STATES.get(state, "unknown (%d)" % state),
+        # The status is meaningful only once the state is "completed" (nvml.h).
+        "status": None if state != 3 else ("Success" if status == 0 else _return_name(nv, status)),
+        "health_mask": "0x%08x" % mask,
+        "health_problems": health,
+    }
+
+
+def _return_name(nv, code):
+    """NVML return code -> the error name pynvml gives it (NotSupported, GpuIsLost, ...)."""
+    try:
+        return error_name(nv.NVMLError(code))
+    except Exception:  # pragma: no cover - pynvml maps every code to a class or the base class
+        return "error %d" % code
+
+
+def _recovery_action(g, nv):
+    """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION through nvmlDeviceGetFieldValues; drivers without the field answer
+    NotSupported in its slot (None here)."""
+    values = g.call("recovery_action", nv.nvmlDeviceGetFieldValues, [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])
+    if values is None:
+        return None
+    value = values[0]
+    if int(value.nvmlReturn) != 0:
+        g.unsupported["recovery_action"] = _return_name(nv, int(value.nvmlReturn))
+        return None
+    code = int(value.value.uiVal)
+    return RECOVERY_ACTIONS.get(code, "unknown (%d)" % code)
 
 
 def _clock_event_reasons(g, nv):
@@ -270,6 +431,8 @@ def _clock_event_reasons(g, nv):
 def _nvlink(g, nv):
     total = 0
     up = 0
+    down = []
+    g.links = []
     first_error = None
     for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
         if g.lost:
@@ -287,12 +450,15 @@ def _nvlink(g, nv):
                 break
             continue
         total += 1
+        g.links.append(link)
         if int(state) == nv.NVML_FEATURE_ENABLED:
             up += 1
+        else:
+            down.append(link)
     if total == 0:
         g.unsupported["nvlink"] = first_error or "NotSupported"
         return None
-    return {"up": up, "total": total}
+    return {"up": up, "total": total, "down": down}
 
 
 def _numa_node(g, nv, fs, pci_bus_id):
@@ -337,8 +503,11 @@ def read_driver(nv, fs):
     }
 
 
-def collect(nv, fs=None):
-    """Everything NVML says about this host. Raises NvmlUnavailable when NVML cannot start."""
+def collect(nv, fs=None, sample_seconds=SAMPLE_SECONDS):
+    """Everything NVML says about this host. Raises NvmlUnavailable when NVML cannot start.
+
+    The error counters are read once with each GPU and again at least ``sample_seconds`` later (0: a single
+    read, no increase)."""
     fs = fs or HostFS("/")
     try:
         nv.nvmlInit()
@@ -350,16 +519,29 @@ def collect(nv, fs=None):
             count = int(nv.nvmlDeviceGetCount())
         except nv.NVMLError as exc:
             raise NvmlUnavailable("NVML could not count GPUs: %s" % error_name(exc)) from exc
-        gpus = []
+        read = []
         for index in range(count):
             try:
                 handle = nv.nvmlDeviceGetHandleByIndex(index)
             except nv.NVMLError as exc:
                 reason = error_name(exc)
-                gpus.append({"index": index, "lost": reason == "GpuIsLost", "error": reason,
+                read.append({"index": index, "lost": reason == "GpuIsLost", "error": reason,
                              "unsupported": {}})
                 continue
-            gpus.append(read_gpu(nv, handle, index, fs))
+            read.append(_read_gpu(nv, handle, index, fs))
+        firsts = [g.first_at for g in read if isinstance(g, _Gpu) and not g.lost]
+        if sample_seconds and firsts:
+            # Every GPU's counters get at least sample_seconds between their two reads.
+            time.sleep(max(0.0, max(firsts) + sample_seconds - time.monotonic()))
+        gpus = []
+        for g in read:
+            if not isinstance(g, _Gpu):
+                gpus.append(g)
+            elif sample_seconds and not g.lost:
+                second = _counters(g, nv)
+                gpus.append(_finish(g, second, round(time.monotonic() - g.first_at, 3)))
+            else:
+                gpus.append(_finish(g))
         return driver, gpus
     finally:
         try:

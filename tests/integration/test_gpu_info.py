@@ -48,6 +48,31 @@ FAULTS = {
     ),
     "init_noperm": ("h100", 1, "550", ["error.nvmlInitWithFlags=NoPermission"]),
     "throttled": ("a100", 2, "535", ["gpu.*.clocks_event_reasons=0x44", "gpu.0.power_limit_mw=300000"]),
+    # Issue 13 §3: one HGX H100 host with a fault per GPU, read through unmodified pynvml.
+    "health": (
+        "h100",
+        4,
+        "550",
+        [
+            "gpu.0.nvlink_down=3,4",
+            "gpu.1.nvlink_replay_per_s=0,40",
+            "gpu.1.nvlink_crc_flit=0,0,7",
+            "gpu.1.pcie_replay_per_s=500",
+            "gpu.2.fabric_state=1",
+            "gpu.2.recovery_action=1",
+            "gpu.3.fabric_status=NotSupported",
+            "gpu.3.fabric_health_mask=0x11",
+            "gpu.3.vbios_version=96.00.30.00.01",
+            "gpu.3.mig_pending=1",
+        ],
+    ),
+    # An older driver: no fabric V call, no recovery-action field.
+    "health_old_driver": (
+        "h100",
+        1,
+        "535",
+        ["missing=nvmlDeviceGetGpuFabricInfoV", "gpu.0.recovery_action=", "gpu.0.fabric_state=2"],
+    ),
 }
 
 
@@ -148,8 +173,37 @@ def expected_gpu(state: dict[str, str], i: int) -> dict:
         "throttling": decoders.throttling_reasons(names),
     }
     links = _i(g("nvlink_count") or "0")
-    down = [x for x in (g("nvlink_down") or "").split(",") if x]
-    exp["nvlink"] = {"up": links - len(down), "total": links} if links else None
+    down = [int(x) for x in (g("nvlink_down") or "").split(",") if x]
+
+    def link_sum(key):
+        return sum(int(x) for x in g(key).split(",")[:links]) if g(key) else None
+
+    exp["nvlink"] = (
+        {
+            "up": links - len(down),
+            "total": links,
+            "down": down,
+            "errors": {k: link_sum("nvlink_" + k) for k in ("replay", "recovery", "crc_flit", "crc_data")},
+        }
+        if links
+        else None
+    )
+    exp["pcie"]["replay_count"] = _i(g("pcie_replay"))
+    state_code = _i(g("fabric_state"))
+    exp["fabric"] = (
+        None
+        if not state_code
+        else {
+            "state": {1: "not_started", 2: "in_progress", 3: "completed"}[state_code],
+            "status": None
+            if state_code != 3
+            else ("Success" if g("fabric_status") in (None, "0") else g("fabric_status")),
+            "health_mask": "0x%08x" % (_i(g("fabric_health_mask")) or 0),
+        }
+    )
+    actions = ["none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset"]
+    exp["recovery_action"] = actions[_i(g("recovery_action"))] if g("recovery_action") else None
+    exp["vbios_version"] = g("vbios_version")
     procs = [p.split(":") for p in (g("processes") or "").split(",") if p]
     exp["processes"] = [{"pid": int(pid), "used_memory_mib": int(mem) // MIB} for pid, mem in procs]
     return exp
@@ -281,7 +335,7 @@ def test_every_field_equals_the_profile(fleet, name):
     res = _ok(fleet, name)
     state = fleet["states"][name]
     count = int(state["gpu_count"])
-    assert res["nvml"] == {"available": True, "source": "pynvml", "error": None, "library": None}
+    assert res["nvml"] == {"available": True, "source": "pynvml", "error": None, "error_code": None, "library": None}
     assert res["gpu_count"] == count == HEALTHY[name][1]
     drv = res["driver"]
     assert drv["version"] == state["driver_version"]
@@ -328,6 +382,81 @@ def test_lost_gpu_does_not_stop_the_others(fleet, name):
     for i in (0, 1, 3):
         assert gpus[i]["lost"] is False and gpus[i]["name"] == "NVIDIA A100-SXM4-80GB"
         assert gpus[i]["memory"]["total_mib"] == 81920
+
+
+def _judge(res):
+    from ansible_collections.gpufleet.tuning.plugins.module_utils import policy, rules
+
+    pol = policy.validate({}, known_rules=rules.BY_ID)
+    return {f["rule"]: f for f in rules.evaluate({"gpu": res}, pol)}
+
+
+HEALTH_RULES = ("GPU-NVL-001", "GPU-NVL-002", "GPU-FAB-001", "GPU-ECC-003", "GPU-ECC-004", "GPU-RCV-001",
+                "GPU-PCI-002", "GPU-MIG-001", "GPU-FW-001")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(HEALTHY))
+def test_healthy_profiles_pass_the_health_rules(fleet, name):
+    """Every profile's defaults are healthy: counters sampled and not rising, fabric completed on the H100 HGX board,
+    NVLink and fabric NotSupported on L40S (no finding), one VBIOS per host."""
+    res = _ok(fleet, name)
+    for g in res["gpus"]:
+        assert g["pcie"]["sample_seconds"] >= 0.9 and g["pcie"]["replay_increase"] == 0
+        if g["nvlink"] is not None:
+            assert g["nvlink"]["errors_increase"] == {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0}
+    findings = _judge(res)
+    bad = {r: findings[r]["message"] for r in HEALTH_RULES if findings[r]["status"] in ("fail", "warn", "error")}
+    assert not bad
+    if name.startswith("l40s"):
+        assert findings["GPU-NVL-001"]["status"] == findings["GPU-FAB-001"]["status"] == "skip"
+    if name.startswith("h100"):
+        assert findings["GPU-FAB-001"]["status"] == "pass"
+
+
+def test_health_faults_read_and_judged(fleet):
+    """The real reader over unmodified pynvml sees each injected fault, and the rule for it fires."""
+    res = _ok(fleet, "health")
+    state = fleet["states"]["health"]
+    gpus = res["gpus"]
+    problems = []
+    for i, gpu in enumerate(gpus):
+        # Counters that rise (nvlink_*_per_s, pcie_replay_per_s) are checked by their increase below.
+        rising = ("nvlink.errors.replay", "pcie.replay_count") if i == 1 else ()
+        problems += [f"gpu {i}: {p}" for p in diff(expected_gpu(state, i), gpu) if not p.startswith(rising)]
+    assert not problems, "\n".join(problems)
+    assert gpus[0]["nvlink"]["down"] == [3, 4] and gpus[0]["nvlink"]["up"] == 16
+    rise = gpus[1]["nvlink"]["errors_increase"]
+    assert rise["replay"] >= 30 and rise["crc_flit"] == 0  # 40/s for about a second; a static total does not rise
+    assert gpus[1]["pcie"]["replay_increase"] >= 400
+    assert gpus[2]["fabric"]["state"] == "not_started" and gpus[2]["recovery_action"] == "gpu_reset"
+    assert gpus[3]["fabric"] == {
+        "state": "completed",
+        "status": "NotSupported",
+        "health_mask": "0x00000011",
+        "health_problems": ["degraded_bandwidth", "route_unhealthy"],
+    }
+    findings = _judge(res)
+    fired = {r: ([i.get("gpu") for i in findings[r]["items"]], findings[r]["severity"]) for r in HEALTH_RULES
+             if findings[r]["status"] == "fail"}  # fmt: skip
+    assert fired == {
+        "GPU-NVL-001": ([0], "high"),
+        "GPU-NVL-002": ([1], "high"),
+        "GPU-FAB-001": ([2, 3], "critical"),
+        "GPU-RCV-001": ([2], "critical"),
+        "GPU-PCI-002": ([1], "medium"),
+        "GPU-MIG-001": ([3], "medium"),
+        "GPU-FW-001": ([None], "medium"),
+    }
+
+
+def test_health_on_an_older_driver(fleet):
+    """No nvmlDeviceGetGpuFabricInfoV: the plain call gives the state; no recovery-action field: None, no finding."""
+    [g] = _ok(fleet, "health_old_driver")["gpus"]
+    assert g["fabric"]["state"] == "in_progress" and g["fabric"]["status"] is None
+    assert g["recovery_action"] is None and g["unsupported"]["recovery_action"] == "NotSupported"
+    findings = _judge(_ok(fleet, "health_old_driver"))
+    assert (findings["GPU-FAB-001"]["status"], findings["GPU-FAB-001"]["severity"]) == ("warn", "medium")
+    assert findings["GPU-RCV-001"]["status"] == "skip"
 
 
 def test_older_driver_without_symbols(fleet):
