@@ -173,6 +173,43 @@ CASES = {
         ),
     ),
     "HOST-HLT-002": (None, lambda f: host(f)["kernel_log"]["aer"].update(uncorrected=2, last="AER: Uncorrected")),
+    # Issue 13 §3, NVIDIA DCGM's health watches: a host with no NVLink link up anywhere (no bridge) passes.
+    "GPU-NVL-001": (
+        _each_gpu(lambda g: g["nvlink"].update(up=0, down=list(range(18)))),
+        _gpu(2, lambda g: g["nvlink"].update(up=16, down=[3, 4])),
+    ),
+    # Lifetime totals alone are not judged (DCGM judges the increase); one replay while sampled fails.
+    "GPU-NVL-002": (
+        _gpu(3, lambda g: g["nvlink"]["errors"].update(replay=12, crc_flit=4000)),
+        _gpu(3, lambda g: g["nvlink"]["errors_increase"].update(replay=1)),
+    ),
+    # A newer driver's health mask with every bit "false" (and configuration "none") passes.
+    "GPU-FAB-001": (
+        _each_gpu(lambda g: g["fabric"].update(health_mask="0x000001aa")),
+        _gpu(0, lambda g: g["fabric"].update(state="not_started", status=None)),
+    ),
+    "GPU-ECC-003": (
+        _gpu(5, lambda g: g["ecc"].update(volatile_corrected=1200, aggregate_corrected=5000)),
+        _gpu(5, lambda g: g["ecc"].update(volatile_uncorrected=2, aggregate_uncorrected=2)),
+    ),
+    "GPU-ECC-004": (
+        _each_gpu(lambda g: g.update(retired_pages={"single_bit": 40, "double_bit": 2, "pending": False})),
+        _each_gpu(lambda g: g.update(retired_pages={"single_bit": 40, "double_bit": 23, "pending": False})),
+    ),
+    "GPU-RCV-001": (None, _gpu(1, lambda g: g.update(recovery_action="gpu_reset"))),
+    # An idle gen1 x16 link allows ceil(0.15 x 16) = 3 replays a minute; 40 in one second at gen5 x16 (31) fails.
+    "GPU-PCI-002": (
+        _gpu(0, lambda g: g["pcie"].update(gen_current=1, replay_count=3, replay_increase=3)),
+        _gpu(0, lambda g: g["pcie"].update(replay_count=40, replay_increase=40)),
+    ),
+    "GPU-MIG-001": (
+        _each_gpu(lambda g: g["mig"].update(current=True, pending=True)),
+        _gpu(2, lambda g: g["mig"].update(pending=True)),
+    ),
+    "GPU-FW-001": (
+        _gpu(7, lambda g: g.update(name="NVIDIA H100 PCIe", vbios_version="96.00.30.00.01")),
+        _gpu(7, lambda g: g.update(vbios_version="96.00.30.00.01")),
+    ),
     "SW-DRV-001": (
         None,
         lambda f: f["gpu"]["driver"].update(

@@ -12,6 +12,8 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import SEVE
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
     Rule,
+    _get,
+    _gpus,
     _host,
     _log_unreadable,
     _per_gpu,
@@ -190,6 +192,427 @@ def check_sxid(facts, pol):
     )
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# NVLink, GPU fabric, ECC, recovery action, PCIe replays, VBIOS: the judgements of NVIDIA's DCGM health watches
+# (modules/health/DcgmHealthWatch.cpp and common/DcgmGPUHardwareLimits.h in github.com/NVIDIA/DCGM, read at commit
+# 72fa3feaa67d716a75323a8f47c34ff3ee73f824). DCGM judges cumulative counters by how much they rose in its watch
+# window (the last minute), not by their lifetime totals; gpu_info reads them twice (nvml.SAMPLE_SECONDS apart).
+
+# DCGM_LIMIT_MAX_NVLINK_ERROR: one replay or recovery error in the window fails, one CRC error warns.
+DCGM_LIMIT_MAX_NVLINK_ERROR = 1
+# DCGM_LIMIT_MAX_NVLINK_CRC_ERROR: CRC errors fail at 100 per second and more ("RM has informed us...").
+DCGM_LIMIT_MAX_NVLINK_CRC_ERROR = 100.0
+# DCGM_LIMIT_MAX_RETIRED_PAGES: single + double bit retired pages at or above this fail.
+DCGM_LIMIT_MAX_RETIRED_PAGES = 63
+# DCGM_LIMIT_MAX_RETIRED_PAGES_SOFT_LIMIT: DBE retired pages above this fail when more than one retired in a week.
+DCGM_LIMIT_MAX_RETIRED_PAGES_SOFT_LIMIT = 15
+# GetExpectedPcieReplayRate: replays per minute per lane, by PCIe generation (a 1e-12 bit error rate at the line rate).
+PCIE_REPLAYS_PER_MIN_PER_LANE = (
+    2.5 * 60 / 1000,
+    5.0 * 60 / 1000,
+    8.0 * 60 / 1000,
+    16.0 * 60 / 1000,
+    32.0 * 60 / 1000,
+    64.0 * 60 / 1000,
+)
+
+
+def _ceil(x):
+    n = int(x)
+    return n if n == x else n + 1
+
+
+def check_nvlink_down(facts, pol):
+    """GPU-NVL-001: a GPU with some NVLink links down (DCGM MonitorNVLinkStatus fails any down link)."""
+    gpus = _gpus(facts)
+    if gpus is None:
+        return skip("no NVIDIA GPUs could be read")
+    linked = [g for g in gpus if g.get("nvlink") and g["nvlink"].get("total")]
+    if not linked:
+        return skip("no GPU reports NVLink (PCIe cards such as L40S answer NotSupported)")
+    if any(_get(g, "mig", "current") for g in gpus):
+        # DCGM (DcgmTopology.cpp, bug 200682374): NVML reports links down while any GPU is in MIG mode.
+        return skip("a GPU is in MIG mode, where NVML reports NVLink links down (DCGM treats them as disabled)")
+    observed = {
+        str(g["index"]): {"up": g["nvlink"]["up"], "total": g["nvlink"]["total"], "down": g["nvlink"].get("down")}
+        for g in linked
+    }
+    any_up = any(g["nvlink"]["up"] for g in linked)
+    items = []
+    for g in linked:
+        up, total = g["nvlink"]["up"], g["nvlink"]["total"]
+        down = g["nvlink"].get("down")
+        if down is None:
+            down = "%d link(s)" % (total - up)
+        if 0 < up < total:
+            items.append({"gpu": g["index"], "up": up, "total": total, "down": down, "problem": "links partly down"})
+        elif up == 0 and any_up:
+            items.append(
+                {
+                    "gpu": g["index"],
+                    "up": 0,
+                    "total": total,
+                    "down": down,
+                    "problem": "every link down while the other GPUs' links are up",
+                }
+            )
+    expected = "every NVLink link up (or none: a GPU with no bridge or fabric)"
+    if items:
+        return result(
+            "fail",
+            observed,
+            expected,
+            "GPU(s) %s: NVLink links down (%s)"
+            % ([i["gpu"] for i in items], "; ".join("GPU %s links %s" % (i["gpu"], i["down"]) for i in items)),
+            items=items,
+        )
+    if not any_up:
+        return result("pass", observed, expected, "no NVLink link is up on any GPU (no NVLink bridge or fabric)")
+    return result("pass", observed, expected, "every NVLink link is up")
+
+
+def check_nvlink_errors(facts, pol):
+    """GPU-NVL-002: NVLink replay/recovery/CRC errors that rose while sampled, judged as DCGM MonitorNVLink4Fields."""
+    gpus = _gpus(facts)
+    if gpus is None:
+        return skip("no NVIDIA GPUs could be read")
+    sampled = [g for g in gpus if _get(g, "nvlink", "errors_increase") and _get(g, "nvlink", "sample_seconds")]
+    if not sampled:
+        return skip("no GPU reports NVLink error counters sampled over time")
+    observed, items, worst = {}, [], "pass"
+    for g in sampled:
+        rise, seconds = g["nvlink"]["errors_increase"], g["nvlink"]["sample_seconds"]
+        observed[str(g["index"])] = {"increase": rise, "seconds": seconds, "totals": g["nvlink"].get("errors")}
+        for name in ("replay", "recovery", "crc_flit", "crc_data"):
+            n = rise.get(name)
+            if n is None or n < DCGM_LIMIT_MAX_NVLINK_ERROR:
+                continue
+            if name in ("replay", "recovery"):
+                verdict = "fail"  # DCGM: "Replay and recovery errors are failures, not warnings."
+            else:
+                verdict = "fail" if n / seconds >= DCGM_LIMIT_MAX_NVLINK_CRC_ERROR else "warn"
+            items.append(
+                {
+                    "gpu": g["index"],
+                    "counter": name,
+                    "increase": n,
+                    "per_second": round(n / seconds, 1),
+                    "verdict": verdict,
+                }
+            )
+            worst = "fail" if "fail" in (worst, verdict) else "warn"
+    expected = {"replay": 0, "recovery": 0, "crc_per_second": "< %d, none to pass" % DCGM_LIMIT_MAX_NVLINK_CRC_ERROR}
+    if not items:
+        return result("pass", observed, expected, "no NVLink errors while sampled")
+    text = "; ".join("GPU %s %s +%d (%.1f/s)" % (i["gpu"], i["counter"], i["increase"], i["per_second"]) for i in items)
+    if worst == "fail":
+        return result("fail", observed, expected, "NVLink errors rising: %s" % text, items=items)
+    return result(
+        "warn",
+        observed,
+        expected,
+        "NVLink CRC errors below DCGM's failure rate: %s" % text,
+        items=items,
+        severity="medium",
+    )
+
+
+def check_fabric(facts, pol):
+    """GPU-FAB-001: the GPU's NVLink fabric probe (NVSwitch systems), judged as DCGM MonitorFabricFields."""
+    gpus = _gpus(facts)
+    if gpus is None:
+        return skip("no NVIDIA GPUs could be read")
+    fabric = [g for g in gpus if g.get("fabric")]
+    if not fabric:
+        return skip("no GPU reports a fabric state (not an NVSwitch system, or a GPU before Hopper)")
+    observed = {str(g["index"]): g["fabric"] for g in fabric}
+    expected = {"state": "completed", "status": "Success", "health_problems": []}
+    failed, training, unhealthy = [], [], []
+    for g in fabric:
+        f = g["fabric"]
+        item = {"gpu": g["index"], "state": f.get("state"), "status": f.get("status")}
+        if f.get("state") == "in_progress":
+            training.append(item)
+        elif f.get("state") != "completed" or f.get("status") != "Success":
+            failed.append(item)
+        elif f.get("health_problems"):
+            unhealthy.append(dict(item, health_problems=f["health_problems"]))
+    if failed:
+        return result(
+            "fail",
+            observed,
+            expected,
+            "GPU(s) %s not registered in the NVLink fabric (%s): CUDA cannot use them for peer traffic; is "
+            "nvidia-fabricmanager running?"
+            % ([i["gpu"] for i in failed], ", ".join("%s/%s" % (i["state"], i["status"]) for i in failed)),
+            items=failed + unhealthy,
+        )
+    if unhealthy:
+        return result(
+            "fail",
+            observed,
+            expected,
+            "GPU(s) %s: fabric health %s"
+            % ([i["gpu"] for i in unhealthy], sorted({p for i in unhealthy for p in i["health_problems"]})),
+            items=unhealthy,
+            severity="high",
+        )
+    if training:
+        return result(
+            "warn",
+            observed,
+            expected,
+            "GPU(s) %s: fabric registration in progress (normal for a minute after boot)"
+            % [i["gpu"] for i in training],
+            items=training,
+            severity="medium",
+        )
+    return result("pass", observed, expected, "every GPU is registered in the NVLink fabric")
+
+
+def check_ecc_uncorrected(facts, pol):
+    """GPU-ECC-003: uncorrectable ECC errors (DCGM MonitorMemVolatileDbes fails any volatile one)."""
+    gpus = _gpus(facts)
+    if gpus is None:
+        return skip("no NVIDIA GPUs could be read")
+    known = [
+        g
+        for g in gpus
+        if _get(g, "ecc", "volatile_uncorrected") is not None or _get(g, "ecc", "aggregate_uncorrected") is not None
+    ]
+    if not known:
+        return skip("the GPUs do not report ECC error counts (ECC off or not supported)")
+    observed = {
+        str(g["index"]): {
+            "volatile": _get(g, "ecc", "volatile_uncorrected"),
+            "aggregate": _get(g, "ecc", "aggregate_uncorrected"),
+        }
+        for g in known
+    }
+    expected = {"volatile": 0, "aggregate": 0}
+    volatile = [
+        {"gpu": g["index"], "volatile": g["ecc"]["volatile_uncorrected"]}
+        for g in known
+        if (_get(g, "ecc", "volatile_uncorrected") or 0) > 0
+    ]
+    if volatile:
+        return result(
+            "fail",
+            observed,
+            expected,
+            "GPU(s) %s: uncorrectable ECC errors since the driver loaded (%s): the jobs that hit them got bad data "
+            "or died; see the GPU's recovery action and row remapping"
+            % ([i["gpu"] for i in volatile], ", ".join("GPU %s: %d" % (i["gpu"], i["volatile"]) for i in volatile)),
+            items=volatile,
+        )
+    history = [
+        {"gpu": g["index"], "aggregate": g["ecc"]["aggregate_uncorrected"]}
+        for g in known
+        if (_get(g, "ecc", "aggregate_uncorrected") or 0) > 0
+    ]
+    if history:
+        return result(
+            "warn",
+            observed,
+            expected,
+            "GPU(s) %s: uncorrectable ECC errors in the lifetime count but none since the driver loaded (DCGM does "
+            "not judge the lifetime count; row remapping or retired pages show whether the memory was repaired)"
+            % [i["gpu"] for i in history],
+            items=history,
+            severity="low",
+        )
+    return result("pass", observed, expected, "no uncorrectable ECC errors")
+
+
+def check_retired_pages(facts, pol):
+    """GPU-ECC-004: retired pages at DCGM's limits, or a retirement pending (DCGM MonitorMemSbeDbeRetiredPages and
+    MonitorMemRetiredPending)."""
+    gpus = _gpus(facts)
+    if gpus is None:
+        return skip("no NVIDIA GPUs could be read")
+    known = [g for g in gpus if g.get("retired_pages")]
+    if not known:
+        if any(g.get("remapped_rows") is not None for g in gpus):
+            # Ampere and later repair memory by row remapping instead; GPU-HLT-001 judges it.
+            return result(
+                "pass", None, "no retired pages", "the GPUs remap rows instead of retiring pages (GPU-HLT-001)"
+            )
+        return skip("the GPUs report neither retired pages nor row remapping")
+    observed = {str(g["index"]): g["retired_pages"] for g in known}
+    expected = {"single_bit + double_bit": "< %d" % DCGM_LIMIT_MAX_RETIRED_PAGES, "pending": False}
+    over, pending, soft = [], [], []
+    for g in known:
+        rp = g["retired_pages"]
+        total = (rp.get("single_bit") or 0) + (rp.get("double_bit") or 0)
+        if total >= DCGM_LIMIT_MAX_RETIRED_PAGES:
+            over.append({"gpu": g["index"], "retired": total})
+        elif (rp.get("double_bit") or 0) > DCGM_LIMIT_MAX_RETIRED_PAGES_SOFT_LIMIT:
+            soft.append({"gpu": g["index"], "double_bit": rp["double_bit"]})
+        if rp.get("pending"):
+            pending.append({"gpu": g["index"], "pending": True})
+    if over:
+        return result(
+            "fail",
+            observed,
+            expected,
+            "GPU(s) %s retired %s pages, DCGM's limit is %d: the GPU should be serviced"
+            % ([i["gpu"] for i in over], [i["retired"] for i in over], DCGM_LIMIT_MAX_RETIRED_PAGES),
+            items=over + pending,
+        )
+    if pending:
+        return result(
+            "warn",
+            observed,
+            expected,
+            "GPU(s) %s have a page retirement pending: it takes effect at the next GPU reset or reboot"
+            % [i["gpu"] for i in pending],
+            items=pending,
+            severity="medium",
+        )
+    if soft:
+        return result(
+            "warn",
+            observed,
+            expected,
+            "GPU(s) %s retired more than %d pages for double-bit errors; DCGM fails this only when more than one "
+            "more retires within a week, which one audit cannot see: compare with last week's audit"
+            % ([i["gpu"] for i in soft], DCGM_LIMIT_MAX_RETIRED_PAGES_SOFT_LIMIT),
+            items=soft,
+            severity="low",
+        )
+    return result("pass", observed, expected, "retired pages below DCGM's limits, none pending")
+
+
+# NVML recovery action -> (status, severity, what to do), after DCGM MonitorGpuRecoveryAction (reset, reboot and
+# drain-and-reset fail; drain P2P warns) and NVIDIA's "error recovery and response flags" documentation.
+RECOVERY = {
+    "gpu_reset": ("fail", "critical", "stop its processes and reset the GPU (nvidia-smi -r)"),
+    "node_reboot": ("fail", "critical", "reboot the node: the OS may be in an inconsistent state"),
+    "drain_p2p": ("warn", "high", "drain peer-to-peer (NVLink) traffic, then the GPU recovers without a reset"),
+    "drain_and_reset": ("fail", "critical", "drain peer-to-peer traffic, then reset the GPU"),
+    "recover_imex_domain": ("fail", "high", "recover the IMEX domain the GPU belongs to"),
+    "bus_reset": ("fail", "critical", "reset the GPU's PCIe bus"),
+    "system_reboot": ("fail", "critical", "reboot the system"),
+}
+
+
+def check_recovery_action(facts, pol):
+    """GPU-RCV-001: the recovery action NVML asks for (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)."""
+    gpus = _gpus(facts)
+    if gpus is None:
+        return skip("no NVIDIA GPUs could be read")
+    known = [g for g in gpus if g.get("recovery_action")]
+    if not known:
+        return skip("the driver does not report a GPU recovery action (older drivers answer NotSupported)")
+    observed = {str(g["index"]): g["recovery_action"] for g in known}
+    items = []
+    for g in known:
+        action = g["recovery_action"]
+        if action == "none":
+            continue
+        status, severity, todo = RECOVERY.get(action, ("fail", "high", "see NVIDIA's documentation"))
+        items.append({"gpu": g["index"], "action": action, "status": status, "severity": severity, "todo": todo})
+    if not items:
+        return result("pass", observed, "none", "no GPU asks for a recovery action")
+    worst = min(items, key=lambda i: (i["status"] != "fail", _severity_rank(i["severity"])))
+    return result(
+        worst["status"],
+        observed,
+        "none",
+        "; ".join("GPU %s asks for %s: %s" % (i["gpu"], i["action"].replace("_", " "), i["todo"]) for i in items),
+        items=items,
+        severity=worst["severity"],
+    )
+
+
+def pcie_replay_limit(gen, width):
+    """DCGM's expected PCIe replays per minute for a link (GetExpectedPcieReplayRate): ceil(rate per lane x lanes);
+    generations past the table use its last entry."""
+    if not gen or not width:
+        return None
+    rate = PCIE_REPLAYS_PER_MIN_PER_LANE[min(int(gen), len(PCIE_REPLAYS_PER_MIN_PER_LANE)) - 1]
+    return _ceil(round(rate * int(width), 9))
+
+
+def check_pcie_replays(facts, pol):
+    """GPU-PCI-002: PCIe replays over DCGM's per-generation rate (MonitorPcie: replays in the last minute against
+    GetExpectedPcieReplayRate). Sampled over less than a minute, an increase above the per-minute limit is one that
+    any minute containing the sample exceeds as well: DCGM would warn too."""
+    gpus = _gpus(facts)
+    if gpus is None:
+        return skip("no NVIDIA GPUs could be read")
+    sampled = [g for g in gpus if _get(g, "pcie", "replay_increase") is not None and _get(g, "pcie", "sample_seconds")]
+    if not sampled:
+        return skip("no GPU reports its PCIe replay counter sampled over time")
+    observed, items = {}, []
+    for g in sampled:
+        p = g["pcie"]
+        limit = pcie_replay_limit(p.get("gen_current"), p.get("width_current"))
+        observed[str(g["index"])] = {
+            "increase": p["replay_increase"],
+            "seconds": p["sample_seconds"],
+            "link": "gen%s x%s" % (p.get("gen_current"), p.get("width_current")),
+            "limit_per_minute": limit,
+            "total": p.get("replay_count"),
+        }
+        if limit is not None and p["replay_increase"] > limit:
+            items.append(
+                {
+                    "gpu": g["index"],
+                    "increase": p["replay_increase"],
+                    "seconds": p["sample_seconds"],
+                    "limit_per_minute": limit,
+                }
+            )
+    expected = "at most DCGM's replays per minute for the link's generation and width"
+    if items:
+        return result(
+            "fail",
+            observed,
+            expected,
+            "GPU(s) %s: PCIe replays above DCGM's rate (%s): a marginal link, riser or slot"
+            % (
+                [i["gpu"] for i in items],
+                "; ".join(
+                    "GPU %s: +%d in %.1f s, limit %d/min"
+                    % (i["gpu"], i["increase"], i["seconds"], i["limit_per_minute"])
+                    for i in items
+                ),
+            ),
+            items=items,
+        )
+    return result("pass", observed, expected, "PCIe replays within DCGM's rate")
+
+
+def check_vbios(facts, pol):
+    """GPU-FW-001: VBIOS versions that differ across one host's GPUs of the same model."""
+    gpus = _gpus(facts)
+    if gpus is None:
+        return skip("no NVIDIA GPUs could be read")
+    known = [g for g in gpus if g.get("vbios_version")]
+    if not known:
+        return skip("the GPUs do not report their VBIOS version")
+    by_model = {}
+    for g in known:
+        by_model.setdefault(g.get("name") or "?", {}).setdefault(g["vbios_version"], []).append(g["index"])
+    observed = {model: versions for model, versions in by_model.items()}
+    mixed = {model: versions for model, versions in by_model.items() if len(versions) > 1}
+    expected = "one VBIOS version per GPU model"
+    if mixed:
+        return result(
+            "fail",
+            observed,
+            expected,
+            "VBIOS versions differ: %s"
+            % "; ".join(
+                "%s: %s" % (m, ", ".join("%s on GPU(s) %s" % (v, i) for v, i in sorted(vs.items())))
+                for m, vs in sorted(mixed.items())
+            ),
+            items=[{"model": m, "versions": vs} for m, vs in sorted(mixed.items())],
+        )
+    return result("pass", observed, expected, "one VBIOS version per GPU model")
+
+
 RULES = (
     Rule(
         "GPU-HLT-001",
@@ -257,5 +680,110 @@ RULES = (
         manual="Look up each SXid in the fabric manager guide; drain the node and reset the GPUs and NVSwitches after "
         "a fatal SXid.",
         references=(sources.FABRIC_MANAGER, sources.XID_CATALOG),
+    ),
+    Rule(
+        "GPU-NVL-001",
+        "health",
+        "high",
+        "NVLink links down",
+        "A GPU with some NVLink links down moves peer-to-peer and collective traffic over fewer links or falls back "
+        "to PCIe; DCGM's health watch fails any link reported down. GPUs without NVLink (PCIe cards such as L40S) "
+        "and hosts where no GPU has a link up (no bridge or fabric) are not findings; in MIG mode NVML reports "
+        "links down and DCGM ignores them, as this rule does.",
+        check_nvlink_down,
+        manual="Drain the node; reset the GPUs (or reboot) and check the NVLink bridge or baseboard; a link that "
+        "stays down needs hardware service.",
+        references=(sources.NVML_NVLINK, sources.DCGM_HEALTH_WATCH),
+    ),
+    Rule(
+        "GPU-NVL-002",
+        "health",
+        "high",
+        "NVLink errors rising",
+        "DCGM's health watch fails a GPU whose NVLink replay or recovery error counters rose at all in its window "
+        "and whose CRC error counters rose at 100 per second or more, and warns (medium here) on fewer CRC errors. "
+        "The counters are cumulative, so the audit reads them twice and judges the increase, as DCGM does, not the "
+        "lifetime total.",
+        check_nvlink_errors,
+        manual="Drain the node; reset the GPUs and watch the counters again; errors that keep rising need the "
+        "NVLink bridge, baseboard or NVSwitch serviced.",
+        references=(sources.DCGM_HEALTH_WATCH, sources.DCGM_HW_LIMITS, sources.NVML_NVLINK),
+    ),
+    Rule(
+        "GPU-FAB-001",
+        "health",
+        "critical",
+        "GPU not registered in the NVLink fabric",
+        "On NVSwitch systems (HGX H100 and later) a GPU joins the NVLink fabric only when the fabric manager has "
+        "trained it: until its fabric state is 'completed' with status success, CUDA cannot use it for peer "
+        "traffic and multi-GPU jobs fail, so DCGM fails 'not started' and 'failed' (critical here) and the fabric "
+        "health bits (degraded bandwidth, unhealthy route; high), and warns while training is in progress. GPUs "
+        "that report no fabric (PCIe cards, non-NVSwitch boards) are not findings.",
+        check_fabric,
+        manual="Start nvidia-fabricmanager (same version as the driver) and check its log; reset the GPUs and "
+        "NVSwitches if registration failed.",
+        references=(sources.FABRIC_MANAGER, sources.NVML_QUERIES, sources.DCGM_HEALTH_WATCH),
+    ),
+    Rule(
+        "GPU-ECC-003",
+        "health",
+        "high",
+        "Uncorrectable ECC errors",
+        "An uncorrectable (double-bit) ECC error since the driver loaded means a job read corrupted memory or was "
+        "killed; DCGM's health watch fails any. An uncorrectable error only in the lifetime count is history, "
+        "reported at low severity.",
+        check_ecc_uncorrected,
+        manual="Drain the node; follow the GPU's recovery action (GPU-RCV-001) and row remapping (GPU-HLT-001); "
+        "repeated errors need an RMA.",
+        references=(sources.GPU_MEMORY_ERRORS, sources.DCGM_HEALTH_WATCH, sources.NVML_QUERIES),
+    ),
+    Rule(
+        "GPU-ECC-004",
+        "health",
+        "high",
+        "Retired pages at DCGM's limit or pending",
+        "GPUs before Ampere retire memory pages that had errors; DCGM fails a GPU with 63 or more retired pages "
+        "(DCGM_LIMIT_MAX_RETIRED_PAGES) and warns (medium here) while a retirement is pending, which takes effect "
+        "only at the next GPU reset or reboot.",
+        check_retired_pages,
+        manual="Reset the GPU or reboot to apply a pending retirement; at the limit, drain the node and open an RMA.",
+        references=(sources.GPU_MEMORY_ERRORS, sources.DCGM_HEALTH_WATCH, sources.DCGM_HW_LIMITS),
+    ),
+    Rule(
+        "GPU-RCV-001",
+        "health",
+        "critical",
+        "GPU asks for a recovery action",
+        "After an uncorrectable error NVML tells what the GPU needs (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION): a GPU "
+        "reset, a node reboot or a drain and reset leave the GPU unusable until done, so DCGM fails them (critical "
+        "here); draining peer-to-peer traffic is a warning (high).",
+        check_recovery_action,
+        manual="Do what the finding names: reset the GPU (nvidia-smi -r) after stopping its processes, drain "
+        "peer-to-peer traffic, or reboot the node.",
+        references=(sources.GPU_RECOVERY_ACTION, sources.DCGM_HEALTH_WATCH, sources.NVML_QUERIES),
+    ),
+    Rule(
+        "GPU-PCI-002",
+        "health",
+        "medium",
+        "PCIe replays above DCGM's rate",
+        "A PCIe replay is a packet resent after a link error; DCGM warns when a GPU's replays in a minute exceed "
+        "what a 1e-12 bit error rate gives at the link's generation and width (0.96 per lane per minute at gen 4, "
+        "so 16 for x16). Replays slow transfers and point at a marginal link, riser or slot.",
+        check_pcie_replays,
+        manual="Reseat the GPU or riser, check the slot and the BIOS PCIe settings; see HOST-HLT-002 for AER errors.",
+        references=(sources.DCGM_HEALTH_WATCH, sources.NVML_QUERIES),
+    ),
+    Rule(
+        "GPU-FW-001",
+        "health",
+        "medium",
+        "VBIOS versions differ across GPUs of one model",
+        "GPUs of one model on one host normally run one VBIOS; a different version on one of them points at a "
+        "partial firmware update or a replaced board, and the GPUs may then behave differently under the same job "
+        "(Meta's GCM health checks fail the host on it).",
+        check_vbios,
+        manual="Update every GPU of the host to the same firmware bundle from the server vendor.",
+        references=(sources.NVML_QUERIES, sources.GCM_HEALTH_CHECKS),
     ),
 )

@@ -257,6 +257,21 @@ def check_ecc_pending(facts, pol):
     )
 
 
+def check_mig_pending(facts, pol):
+    def bad(g):
+        cur, pend = _get(g, "mig", "current"), _get(g, "mig", "pending")
+        return None if cur is None or pend is None else cur != pend
+
+    return _per_gpu(
+        facts,
+        bad,
+        lambda g: {"current": _get(g, "mig", "current"), "pending": _get(g, "mig", "pending")},
+        "pending == current",
+        "no MIG mode change is waiting for a GPU reset",
+        "MIG mode change pending a GPU reset",
+    )
+
+
 RULES = (
     Rule(
         "GPU-PWR-001",
@@ -334,6 +349,18 @@ RULES = (
         "setting.",
         check_ecc_pending,
         role="gpu_runtime",
+        references=(sources.NVML_QUERIES, sources.NVML_COMMANDS),
+    ),
+    Rule(
+        "GPU-MIG-001",
+        "power",
+        "medium",
+        "MIG mode change pending a GPU reset",
+        "A MIG mode change (nvmlDeviceSetMigMode, nvidia-smi -mig) only takes effect after a GPU reset or reboot; "
+        "until then the GPU runs in the old mode, so the scheduler and device plugin see whole GPUs where MIG "
+        "instances were meant (or the reverse).",
+        check_mig_pending,
+        manual="Stop the GPU's processes and reset it (nvidia-smi -r -i N), or reboot; or set the mode back.",
         references=(sources.NVML_QUERIES, sources.NVML_COMMANDS),
     ),
 )

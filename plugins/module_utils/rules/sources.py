@@ -65,6 +65,23 @@ NVIDIA_SMI = (
     "nvidia-smi documentation (PCIe link, clocks, ECC fields)",
     "https://docs.nvidia.com/deploy/nvidia-smi/index.html",
 )
+NVML_NVLINK = (
+    "NVML API reference: NvLink methods (link state, error counters)",
+    "https://docs.nvidia.com/deploy/nvml-api/group__NvLink.html",
+)
+GPU_RECOVERY_ACTION = (
+    "NVIDIA GPU memory error management: error recovery and response flags (NVML GPU recovery action)",
+    "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html",
+)
+DCGM_HEALTH_WATCH = (
+    "NVIDIA DCGM health watches, modules/health/DcgmHealthWatch.cpp (NVLink, fabric, PCIe replay, memory, "
+    "recovery action)",
+    "https://github.com/NVIDIA/DCGM/blob/master/modules/health/DcgmHealthWatch.cpp",
+)
+DCGM_HW_LIMITS = (
+    "NVIDIA DCGM hardware limits, common/DcgmGPUHardwareLimits.h (retired pages, NVLink errors)",
+    "https://github.com/NVIDIA/DCGM/blob/master/common/DcgmGPUHardwareLimits.h",
+)
 CUDA_MINOR_COMPAT = (
     "CUDA compatibility: minor version compatibility (12.x on driver >= 525, 13.x on >= 580; PTX JIT caveat)",
     "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html",
@@ -184,6 +201,10 @@ SLURM_FAQ_MEMLOCK = (
 
 # Peers' health checks
 AZURE_NHC = ("Azure HPC node health checks (azurehpc-health-checks)", "https://github.com/Azure/azurehpc-health-checks")
+GCM_HEALTH_CHECKS = (
+    "Meta GPU cluster monitoring (GCM) health checks: check-nvidia-smi vbios_mismatch",
+    "https://github.com/facebookresearch/gcm",
+)
 
 # Our own measurements: a threshold of ours names the script that measured it
 BENCH_WAN = ("gpufleet measurement: bench/wan.py (TCP over an emulated 180 ms link with loss)", "bench/wan.py")
