@@ -47,6 +47,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchlib.tables import markdown_table
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 VENV_BIN = REPO / ".venv" / "bin"
@@ -434,30 +436,41 @@ def summarize(results: dict[str, Any]) -> None:
 
 
 def table(results: dict[str, Any]) -> str:
-    rows = [
-        "| N | contender | runs | wall s | CPU s (user+sys) | max RSS MiB | tree peak PSS MiB | tree peak RSS MiB |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
-    ]
+    rows = []
     for n, size in results["sizes"].items():
         for name, c in size["contenders"].items():
             m = c["median"]
             if m is None:
-                rows.append(f"| {n} | {name} | 0 | – | – | – | – | – |")
+                rows.append([n, name, 0, "–", "–", "–", "–", "–"])
                 continue
             rows.append(
-                f"| {n} | {name} | {c['valid_runs']} | {m['wall_s']:.2f} | {m['cpu_s']:.2f} "
-                f"({m['cpu_user_s']:.2f}+{m['cpu_sys_s']:.2f}) | {m['max_rss_mib']:.0f} | "
-                f"{m['tree_peak_pss_mib']:.0f} | {m['tree_peak_rss_mib']:.0f} |"
+                [
+                    n,
+                    name,
+                    c["valid_runs"],
+                    f"{m['wall_s']:.2f}",
+                    f"{m['cpu_s']:.2f} ({m['cpu_user_s']:.2f}+{m['cpu_sys_s']:.2f})",
+                    f"{m['max_rss_mib']:.0f}",
+                    f"{m['tree_peak_pss_mib']:.0f}",
+                    f"{m['tree_peak_rss_mib']:.0f}",
+                ]
             )
-    rows += ["", "| N | ratio | wall | CPU | target |", "|---:|---|---:|---:|---|"]
+    ratios = []
     for n, size in results["sizes"].items():
         for label, r in size["ratios"].items():
             if label.endswith("/ping"):
                 target = f"≤ {TARGETS['audit_over_ping_max']}× (wall {'met' if r['wall_s'] <= 1.3 else 'MISSED'})"
             else:
                 target = f"≥ {TARGETS['naive_over_audit_min']:.0f}× (wall {'met' if r['wall_s'] >= 10 else 'MISSED'})"
-            rows.append(f"| {n} | {label} | {r['wall_s']:.2f}× | {r['cpu_s']:.2f}× | {target} |")
-    return "\n".join(rows)
+            ratios.append([n, label, f"{r['wall_s']:.2f}×", f"{r['cpu_s']:.2f}×", target])
+    header = ["N", "contender", "runs", "wall s", "CPU s (user+sys)", "max RSS MiB", "tree peak PSS MiB"]
+    return "\n".join(
+        [
+            markdown_table([*header, "tree peak RSS MiB"], "rlrrrrrr", rows),
+            "",
+            markdown_table(["N", "ratio", "wall", "CPU", "target"], "rlrrl", ratios),
+        ]
+    )
 
 
 # --------------------------------------------------------------------------------------------------- profile
