@@ -12,23 +12,31 @@ from ansible_collections.gpufleet.tuning.plugins.plugin_utils import fleet
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
 
 
+# The options plugins/modules/audit_report.py documents, validated by ActionBase.validate_argument_spec (the
+# module argument spec validator, as a module's own AnsibleModule would): unknown options, a missing out_dir and
+# wrong types fail with Ansible's own message naming the option.
+ARGUMENT_SPEC = dict(
+    out_dir=dict(type="path", required=True),
+    result_var=dict(type="str", default="gpufleet_audit"),
+    hosts=dict(type="list", elements="str"),
+    started_at=dict(type="str"),
+    policy_sources=dict(type="list", elements="str", default=[]),
+    stamp=dict(type="str"),
+)
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = True
-    _VALID_ARGS = frozenset(("out_dir", "result_var", "hosts", "started_at", "policy_sources", "stamp"))
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
-        args = self._task.args
-        unknown = set(args) - self._VALID_ARGS
-        if unknown:
-            raise AnsibleActionFail("unsupported option(s) %s (supported: %s)"
-                                    % (", ".join(sorted(unknown)), ", ".join(sorted(self._VALID_ARGS))))
-        out_dir = args.get("out_dir")
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        out_dir = args["out_dir"]
         if not out_dir:
-            raise AnsibleActionFail("out_dir: required (the directory that receives the reports)")
-        var = args.get("result_var", "gpufleet_audit")
+            raise AnsibleActionFail("out_dir: must not be empty (the directory that receives the reports)")
+        var = args["result_var"]
         names = args.get("hosts") or task_vars.get("ansible_play_hosts_all") or []
         hostvars = task_vars.get("hostvars", {})
         results = {}
