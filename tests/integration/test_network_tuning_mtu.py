@@ -20,7 +20,8 @@ def test_declared_network_mtu_is_set_exactly_even_lower(tmp_path, netns):  # noq
     host = Host(tmp_path, netns, {"gpufleet_policy": policy})
     host.run(audit_only=True)
     finding = host.findings["NET-MTU-001"]
-    assert finding["status"] == "fail" and "gv0 1500 is above the network's 1460 (network.mtu.gv0)" in finding["message"]
+    assert finding["status"] == "fail"
+    assert "gv0 1500 is above the network's 1460 (network.mtu.gv0)" in finding["message"]
     host.run()
     assert nic(netns, "gv0")["mtu"] == 1460 and nic(netns, "mg0")["mtu"] == 1500
     assert host.invocations["gv0"]["mtu"] == 1460
