@@ -16,9 +16,12 @@ description:
   - Reads, from C(/proc), C(/sys) and C(/etc), the CPU model and topology, CPU frequency governors, scaling
     driver, frequency limits and turbo boost; NUMA nodes and automatic NUMA balancing; memory, swap, the swap-in
     and swap-out rates over a short sample and memory pressure (PSI); the VM sysctls that matter for GPU hosts;
-    transparent huge pages; huge pages; memlock limits (of the module's own process and as configured for
-    pam_limits); whether irqbalance is installed and running; the interrupt affinity of the NICs' and NVIDIA GPUs'
-    MSI/MSI-X vectors and which of them are pinned by hand; the kernel and OS release.
+    transparent huge pages; huge pages; memlock limits (of the module's own process and whether it holds
+    CAP_IPC_LOCK, as configured for pam_limits, the systemd manager's default, and of the daemons GPU jobs run
+    under, that is the C(LimitMEMLOCK) of the slurmd, kubelet, containerd, docker and crio units with their
+    drop-ins and the limits of those daemons' running processes); whether irqbalance is installed and running;
+    the interrupt affinity of the NICs' and NVIDIA GPUs' MSI/MSI-X vectors and which of them are pinned by hand;
+    the kernel and OS release.
   - Scans the kernel log for NVIDIA Xid events (grouped by code, with meaning and severity) and PCIe AER errors.
   - A value that cannot be read is V(null) and its dotted name is a key of C(host.unsupported) with the reason.
     An unreadable kernel log is reported in C(host.kernel_log.error); it never fails the module.
@@ -81,8 +84,12 @@ attributes:
     details: The module only reads.
 notes:
   - Memory is in MiB unless a key says otherwise, frequencies in MHz, swap rates in pages per second.
-  - C(memlock.process_*) are the limits of the module's own process (the Ansible connection's session), which
-    is a fair stand-in for a job started the same way, not for services started by systemd.
+  - C(memlock.process_*) are the limits of the module's own process (the Ansible connection's session), a fair
+    stand-in for a user's job started the same way only when the process lacks CAP_IPC_LOCK (a root process is not
+    bound by RLIMIT_MEMLOCK, mlock(2)); jobs started by systemd services get their unit's LimitMEMLOCK instead,
+    reported in C(memlock.services).
+  - On arm64 C(/proc/cpuinfo) has no model name; C(cpu.model) is named from C(CPU implementer) and C(CPU part)
+    (or C(cpu*/regs/identification/midr_el1)) as lscpu does, e.g. V(ARM Neoverse-V2) for NVIDIA Grace.
   - Reading C(dmesg) needs root where C(kernel.dmesg_restrict=1); use C(become=true) on such hosts.
 seealso:
   - name: NVIDIA Xid errors
@@ -123,6 +130,7 @@ host:
     cpu:
       description:
         - C(model), C(sockets), C(cores) (physical, all sockets), C(threads) (logical CPUs online).
+        - C(model) on arm64 is the vendor and part from the CPU's MIDR (V(ARM Neoverse-V2)).
         - C(governors) maps a governor to the CPUs using it in cpulist form; V({}) without cpufreq.
         - C(scaling_driver), C(freq_mhz) (C(min) and C(max) of the scaling limits, C(current_avg)),
           C(boost) (turbo enabled).
@@ -138,8 +146,8 @@ host:
         boost: true
     numa:
       description: >-
-        C(nodes), a list of C(id), C(cpus) (cpulist), C(memory_total_mib), C(memory_free_mib); C(balancing),
-        whether automatic NUMA balancing is on.
+        C(nodes), a list of C(id), C(cpus) (cpulist; empty for a node without CPUs, such as a Grace Hopper GPU's
+        memory), C(memory_total_mib), C(memory_free_mib); C(balancing), whether automatic NUMA balancing is on.
       type: dict
     memory:
       description: >-
@@ -161,9 +169,31 @@ host:
     memlock:
       description:
         - C(process_soft_kb), C(process_hard_kb) from C(/proc/self/limits); V(null) means unlimited.
+        - C(process_uid) and C(process_cap_ipc_lock) (whether the module's process holds CAP_IPC_LOCK, from CapEff in
+          C(/proc/self/status)).
         - C(configured), the memlock lines of C(/etc/security/limits.conf) and C(limits.d/*.conf), each with
           C(path), C(domain), C(type) (V(soft), V(hard) or V(-)) and C(value_kb) (V(null) = unlimited).
+        - C(systemd_default), C(DefaultLimitMEMLOCK) of C(/etc/systemd/system.conf) and its drop-ins as
+          C({soft_kb, hard_kb, source}), V(null) when not set.
+        - C(services), one entry per job-running daemon present (unit file found in the unit directories, or process
+          running), with C(unit), C(process), C(fragment) (unit file), C(dropins), C(limit) (the effective
+          C(LimitMEMLOCK) as C({soft_kb, hard_kb, source}), V(null) when the unit does not set it) and
+          C(processes) (C(pid), C(soft_kb), C(hard_kb), C(error) from C(/proc/<pid>/limits)).
       type: dict
+      sample:
+        process_soft_kb: 8192
+        process_hard_kb: 8192
+        process_uid: 0
+        process_cap_ipc_lock: true
+        configured: [{path: /etc/security/limits.d/90-gpufleet.conf, domain: "*", type: soft, value_kb: null}]
+        systemd_default: null
+        services:
+          - unit: containerd.service
+            process: containerd
+            fragment: /lib/systemd/system/containerd.service
+            dropins: []
+            limit: null
+            processes: [{pid: 812, soft_kb: 8192, hard_kb: 8192, error: null}]
     irqbalance:
       description: C(installed) (binary in /usr/sbin or /usr/bin) and C(running) (a process named irqbalance).
       type: dict

@@ -90,6 +90,14 @@ ROOTS = {
         ]
     },
     "nolog": {"kern_log": False},
+    # NVIDIA GH200 (aarch64) running Slurm and containerd: slurmd ships LimitMEMLOCK=infinity (Slurm's own unit),
+    # containerd's upstream unit sets none.
+    "gh200": mkroot.grace_hopper(
+        job_services=[
+            mkroot.job_service("slurmd.service", "infinity"),
+            mkroot.job_service("containerd.service"),
+        ]
+    ),
 }
 
 # host name -> (mkroot overrides or None for no root at all, extra host vars)
@@ -165,6 +173,29 @@ def test_healthy(fleet):
     assert got["kernel_log"]["source"] == "file" and got["kernel_log"]["error"] is None
     assert got["kernel_log"]["xid"] == [] and got["kernel_log"]["lines_scanned"] == 7
     assert got["unsupported"] == {}
+
+
+def test_grace_hopper_with_job_services(fleet):
+    """aarch64: the model from CPU implementer/part, 72 cores without SMT, CPU-less NUMA nodes; the memlock limits
+    of the job daemons' units and processes."""
+    got = _host(fleet, "gh200")
+    cpu = got["cpu"]
+    assert (cpu["model"], cpu["sockets"], cpu["cores"], cpu["threads"]) == ("ARM Neoverse-V2", 1, 72, 72)
+    assert cpu["scaling_driver"] == "cppc_cpufreq" and cpu["boost"] is None
+    assert [(n["id"], n["cpus"], n["memory_total_mib"]) for n in got["numa"]["nodes"][:3]] == [
+        (0, "0-71", 491520),
+        (1, "", 98304),
+        (2, "", 0),
+    ]
+    services = {s["unit"]: s for s in got["memlock"]["services"]}
+    assert services["slurmd.service"]["limit"]["soft_kb"] is None
+    assert services["slurmd.service"]["processes"][0]["soft_kb"] is None
+    assert services["containerd.service"]["limit"] is None
+    assert services["containerd.service"]["processes"] == [
+        {"pid": 2303, "soft_kb": 8192, "hard_kb": 8192, "error": None}
+    ]
+    assert got["memlock"]["process_cap_ipc_lock"] is True
+    assert set(got["unsupported"]) == {"cpu.boost"}
 
 
 def test_swapping(fleet):
