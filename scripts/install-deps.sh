@@ -2,6 +2,8 @@
 # Install the system packages gpufleet needs, only those missing. Idempotent; needs root for apt.
 #   scripts/install-deps.sh base   # what `make audit` needs (python3 venv support)
 #   scripts/install-deps.sh test   # what `make test` needs on top (C compiler for the simulated NVML, ...)
+# The test profile's `prometheus` package is there for promtool (the tests run `promtool check metrics` on every
+# textfile they write); its Prometheus server is never started: its service start is refused while it installs.
 set -euo pipefail
 
 profile=${1:-base}
@@ -12,7 +14,7 @@ if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
 fi
 
 if [ "$profile" = test ]; then
-  for pkg in gcc make libc6-dev ethtool iproute2 openssh-client chromium fonts-dejavu-core dpkg-dev; do
+  for pkg in gcc make libc6-dev ethtool iproute2 openssh-client chromium fonts-dejavu-core dpkg-dev prometheus; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || want+=("$pkg")
   done
 fi
@@ -27,4 +29,13 @@ fi
 echo "install-deps: installing ${want[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
+if [[ " ${want[*]} " == *" prometheus "* ]] && [ ! -e /usr/sbin/policy-rc.d ]; then
+  # invoke-rc.d/deb-systemd-invoke ask policy-rc.d; 101 = "action forbidden": the server is installed, not started.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+  chmod 755 /usr/sbin/policy-rc.d
+  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 apt-get install -y -qq --no-install-recommends "${want[@]}"
+if [[ " ${want[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+  systemctl disable --quiet prometheus.service || true  # nor at the next boot: only promtool is wanted
+fi

@@ -1,9 +1,17 @@
-"""node_exporter textfile: metric families, values, and label escaping per the text exposition format."""
+"""node_exporter textfile: metric families, values, and label escaping per the text exposition format.
+
+Every textfile these tests render also goes through ``promtool check metrics`` (Debian's ``prometheus`` package,
+installed by ``scripts/install-deps.sh test``; promtool only, no server is started). Without promtool the
+dedicated test skips, saying so, and the other tests still check the format with the strict reader below.
+"""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -14,7 +22,7 @@ REPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "reports"
 FAMILIES = [
     "gpufleet_finding",
     "gpufleet_host_up",
-    "gpufleet_findings_total",
+    "gpufleet_host_findings",
     "gpufleet_audit_timestamp_seconds",
     "gpufleet_audit_complete",
 ]
@@ -22,6 +30,26 @@ FAMILIES = [
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL = r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"'
 _SAMPLE = re.compile(rf"^({_NAME})(?:\{{((?:{_LABEL})(?:,{_LABEL})*)?\}})? (\S+)$")
+
+
+PROMTOOL = shutil.which("promtool")
+CHECKED: list[str] = []  # every textfile rendered in this module, each already passed promtool when present
+
+
+def promtool_check(text):
+    """``promtool check metrics`` on one textfile: the exposition format and Prometheus' naming lint."""
+    CHECKED.append(text)
+    if PROMTOOL is None:
+        return
+    proc = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, f"promtool check metrics failed:\n{proc.stdout}{proc.stderr}\n--- file:\n{text}"
+
+
+def render(report, **kwargs):
+    """render_prometheus, with the result checked by promtool."""
+    text = prometheus.render_prometheus(report, **kwargs)
+    promtool_check(text)
+    return text
 
 
 def _unescape(value):
@@ -68,7 +96,7 @@ def sample():
 
 @pytest.fixture(scope="module")
 def metrics(sample):
-    return parse(prometheus.render_prometheus(sample))
+    return parse(render(sample))
 
 
 def test_families_in_order_with_help_and_type(metrics):
@@ -95,16 +123,54 @@ def test_findings_only_fail_and_warn(sample, metrics):
     assert aer["status"] == "warn"
 
 
-def test_host_up(metrics):
-    up = {s["host"]: v for s, v in metrics["gpufleet_host_up"]["samples"]}
-    assert up == {"sg-a100-01": 1, "fra-a100-02": 0, "iad-h100-03": 1, "sg-l40s-03": 0}
+def test_host_up_says_why(metrics):
+    up = {(s["host"], s["status"]): v for s, v in metrics["gpufleet_host_up"]["samples"]}
+    assert up == {("sg-a100-01", "ok"): 1, ("fra-a100-02", "failed"): 0, ("iad-h100-03", "ok"): 1,
+                  ("sg-l40s-03", "unreachable"): 0}
 
 
-def test_findings_total_per_host_and_severity(metrics):
-    totals = {(s["host"], s["severity"]): v for s, v in metrics["gpufleet_findings_total"]["samples"]}
-    assert len(totals) == 4 * 5
+def test_host_findings_per_audited_host_and_severity(metrics):
+    totals = {(s["host"], s["severity"]): v for s, v in metrics["gpufleet_host_findings"]["samples"]}
+    assert len(totals) == 2 * 5  # the two audited hosts only
     assert [totals[("sg-a100-01", s)] for s in ("critical", "high", "medium", "low", "info")] == [3, 5, 3, 0, 0]
-    assert not any(v for (host, _), v in totals.items() if host != "sg-a100-01")
+    assert [totals[("iad-h100-03", s)] for s in ("critical", "high", "medium", "low", "info")] == [0] * 5
+
+
+def test_hosts_not_audited_export_no_finding_counts():
+    """A down host must not read as clean (0 findings): it has no finding series at all, and host_up says why."""
+    report = load("statuses-v1.json")
+    m = parse(render(report))
+    down = {n for n, h in report["hosts"].items() if h["status"] != "ok"}
+    assert {h["status"] for n, h in report["hosts"].items() if n in down} == {
+        "failed", "unreachable", "timeout", "interrupted"}
+    for family in ("gpufleet_host_findings", "gpufleet_finding"):
+        hosts = {labels["host"] for labels, _ in m[family]["samples"]}
+        assert not hosts & down, family
+    assert {labels["host"] for labels, _ in m["gpufleet_host_findings"]["samples"]} == set(report["hosts"]) - down
+    up = {labels["host"]: (labels["status"], v) for labels, v in m["gpufleet_host_up"]["samples"]}
+    assert up == {n: (h["status"], 1 if h["status"] == "ok" else 0) for n, h in report["hosts"].items()}
+
+
+def test_a_failed_host_with_partial_findings_exports_none():
+    f = {"rule": "GPU-PWR-001", "status": "fail", "severity": "high", "area": "power"}
+    m = parse(render({"hosts": {"h": {"status": "failed", "findings": [f]}}}))
+    assert m["gpufleet_finding"]["samples"] == [] and m["gpufleet_host_findings"]["samples"] == []
+    assert m["gpufleet_host_up"]["samples"] == [({"host": "h", "status": "failed"}, 0.0)]
+
+
+def test_no_gauge_ends_in_total(metrics):
+    """Prometheus naming: _total is for counters (https://prometheus.io/docs/practices/naming/)."""
+    assert all(f["type"] == "gauge" and not name.endswith("_total") for name, f in metrics.items())
+
+
+def test_promtool_accepts_every_textfile():
+    if PROMTOOL is None:
+        warnings.warn("promtool not found: the textfiles were NOT checked by promtool", stacklevel=1)
+        pytest.skip("promtool not found: install Debian's `prometheus` package (scripts/install-deps.sh test) "
+                    "so that `promtool check metrics` checks every textfile these tests render")
+    for name in ("sample-v1.json", "hostile-v1.json", "statuses-v1.json"):
+        render(load(name))
+    assert len(CHECKED) >= 3
 
 
 def test_timestamp_and_complete(sample, metrics):
@@ -112,7 +178,7 @@ def test_timestamp_and_complete(sample, metrics):
     assert ts == [({}, datetime(2026, 11, 1, 8, 31, 27, tzinfo=timezone.utc).timestamp())]
     assert metrics["gpufleet_audit_complete"]["samples"] == [({}, 1.0)]
     partial = dict(sample, run=dict(sample["run"], complete=False, finished_at=None))
-    m = parse(prometheus.render_prometheus(partial))
+    m = parse(render(partial))
     assert m["gpufleet_audit_complete"]["samples"] == [({}, 0.0)]
     # no finish time: the start time
     assert m["gpufleet_audit_timestamp_seconds"]["samples"][0][1] == datetime(
@@ -121,7 +187,7 @@ def test_timestamp_and_complete(sample, metrics):
 
 def test_timestamp_falls_back_to_now():
     now = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-    m = parse(prometheus.render_prometheus({"hosts": {}}, now=now))
+    m = parse(render({"hosts": {}}, now=now))
     assert m["gpufleet_audit_timestamp_seconds"]["samples"] == [({}, now.timestamp())]
     assert m["gpufleet_audit_complete"]["samples"] == [({}, 0.0)]
 
@@ -133,7 +199,7 @@ def test_escape_label():
 
 def test_hostile_labels_round_trip_and_inject_nothing():
     hostile = load("hostile-v1.json")
-    text = prometheus.render_prometheus(hostile)
+    text = render(hostile)
     m = parse(text)  # strict: an unescaped quote or newline would break a line or add a sample
     assert list(m) == FAMILIES
     assert "gpufleet_fake" not in {line.split("{")[0].split(" ")[0] for line in text.splitlines()}
@@ -146,7 +212,7 @@ def test_hostile_labels_round_trip_and_inject_nothing():
 def test_backslash_in_a_rule_label():
     report = {"run": {"finished_at": "2026-01-01T00:00:00Z", "complete": True}, "hosts": {"h\\1": {
         "status": "ok", "findings": [{"rule": 'R\\"-1\n', "status": "fail", "severity": "low", "area": "cpu"}]}}}
-    m = parse(prometheus.render_prometheus(report))
+    m = parse(render(report))
     assert m["gpufleet_finding"]["samples"] == [
         ({"host": "h\\1", "rule": 'R\\"-1\n', "severity": "low", "area": "cpu", "status": "fail"}, 1.0)]
 
@@ -154,5 +220,5 @@ def test_backslash_in_a_rule_label():
 def test_duplicate_rule_results_give_one_series():
     f = {"rule": "GPU-PWR-001", "status": "fail", "severity": "high", "area": "power"}
     report = {"hosts": {"h": {"status": "ok", "findings": [f, dict(f, status="warn")]}}}
-    m = parse(prometheus.render_prometheus(report))
+    m = parse(render(report))
     assert len(m["gpufleet_finding"]["samples"]) == 1

@@ -6,6 +6,11 @@
 Point node_exporter's ``--collector.textfile.directory`` at ``<report dir>/latest``: the writer swaps that link
 atomically, so the collector never reads half a file. Samples carry no timestamps (the textfile collector
 rejects them); the audit time is its own metric.
+
+Only hosts that were audited (status ``ok``) export finding series: a host that was not (unreachable, failed,
+timeout, interrupted) has no ``gpufleet_finding`` and no ``gpufleet_host_findings``, so a dashboard never reads
+a down host as clean; ``gpufleet_host_up{status=...} 0`` says why. Every family is a gauge, so no name ends in
+``_total`` (Prometheus naming: https://prometheus.io/docs/practices/naming/; ``promtool check metrics`` lints it).
 """
 
 from __future__ import annotations
@@ -53,6 +58,16 @@ def audit_timestamp(report: dict) -> float | None:
     return None
 
 
+def _audited(host: Any) -> bool:
+    return isinstance(host, dict) and host.get("status") == "ok"
+
+
+def _status(host: Any) -> str:
+    """The host's status for the ``status`` label; anything outside the schema reads as ``failed``."""
+    status = host.get("status") if isinstance(host, dict) else None
+    return status if status in schema.HOST_STATUSES else "failed"
+
+
 def render_prometheus(report: dict, now: datetime | None = None) -> str:
     """The textfile for ``report``. ``now`` stands in for the audit time when the report has none."""
     hosts = report.get("hosts") if isinstance(report.get("hosts"), dict) else {}
@@ -61,7 +76,8 @@ def render_prometheus(report: dict, now: datetime | None = None) -> str:
 
     findings: list[str] = []
     seen: set[tuple[str, str]] = set()
-    for name, host in sorted(hosts.items()):
+    audited = {name: host for name, host in sorted(hosts.items()) if _audited(host)}
+    for name, host in audited.items():
         for f in sorted(schema.host_findings(host), key=schema.finding_sort_key):
             if not schema.is_finding(f):
                 continue
@@ -74,19 +90,20 @@ def render_prometheus(report: dict, now: datetime | None = None) -> str:
             findings.append(f"{PREFIX}_finding{labels} 1")
     families.append(("finding", "A failing or warning gpufleet finding on a host (always 1 while it lasts).", findings))
 
-    up = [f"{PREFIX}_host_up{_labels(host=name)} {1 if isinstance(h, dict) and h.get('status') == 'ok' else 0}"
+    up = [f"{PREFIX}_host_up{_labels(host=name, status=_status(h))} {1 if _audited(h) else 0}"
           for name, h in sorted(hosts.items())]
-    families.append(("host_up", "1 if the host was audited, 0 if not (unreachable, failed, timeout, interrupted).",
-                     up))
+    families.append(("host_up", "1 if the host was audited, 0 if not; status says why "
+                     "(ok, unreachable, failed, timeout, interrupted).", up))
 
     totals = []
-    for name, host in sorted(hosts.items()):
+    for name, host in audited.items():
         counts = {s: 0 for s in schema.SEVERITIES}
         for f in schema.host_findings(host):
             if schema.is_finding(f) and f.get("severity") in counts:
                 counts[f["severity"]] += 1
-        totals.extend(f"{PREFIX}_findings_total{_labels(host=name, severity=s)} {n}" for s, n in counts.items())
-    families.append(("findings_total", "Failing and warning findings on a host, by severity.", totals))
+        totals.extend(f"{PREFIX}_host_findings{_labels(host=name, severity=s)} {n}" for s, n in counts.items())
+    families.append(("host_findings", "Failing and warning findings on an audited host, by severity "
+                     "(no series for a host that was not audited: see gpufleet_host_up).", totals))
 
     ts = audit_timestamp(report)
     if ts is None:
