@@ -134,3 +134,25 @@ def test_unknown_status_is_an_error_not_a_pass():
     root = ET.fromstring(junit.render_junit(report))
     assert root.find("testsuite/testcase/error").get("type") == "invalid-result"
     assert root.get("errors") == "1"
+
+
+def test_failure_details_name_the_rules_sources():
+    """Each failure says where its rule comes from, as the HTML finding does (catalog ``references``)."""
+    report = load("statuses-v1.json")
+    root = ET.fromstring(junit.render_junit(report).encode("utf-8"))
+    refs = next(e["references"] for e in report["catalog"] if e["id"] == "GPU-PWR-002")
+    assert refs, "the fixture's catalog entry has references"
+    failure = _case(_suite(root, "sg-h100-02"), "GPU-PWR-002").find("failure")
+    line = next(t for t in failure.text.splitlines() if t.startswith("sources: "))
+    assert line == "sources: " + "; ".join(f"{r['title']} <{r['url']}>" for r in refs)
+    for host in ("sg-a100-01", "sg-h100-02"):
+        for case in _suite(root, host).iter("testcase"):
+            if case.find("failure") is not None:
+                rule = case.get("name").split(" ")[0]
+                entry = next(e for e in report["catalog"] if e["id"] == rule)
+                assert ("sources: " in case.find("failure").text) == bool(entry.get("references")), rule
+
+
+def test_no_sources_line_without_references(sample_xml):
+    failure = _case(_suite(sample_xml, "sg-a100-01"), "SW-FM-001").find("failure")
+    assert "sources:" not in failure.text  # the sample's catalog predates references

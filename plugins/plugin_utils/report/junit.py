@@ -25,7 +25,16 @@ def _x(value: Any) -> str:
     return _INVALID_XML.sub("\ufffd", "" if value is None else str(value))
 
 
-def _details(f: dict, rationale: str) -> str:
+def _sources(refs: Any) -> str:
+    """The rule's references as the HTML report lists them: ``Title <url>; Title <url>``."""
+    out = []
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, dict) and ref.get("title") and ref.get("url"):
+            out.append(f"{ref['title']} <{ref['url']}>")
+    return "; ".join(out)
+
+
+def _details(f: dict, rationale: str, sources: str = "") -> str:
     lines = []
     if f.get("message"):
         lines.append(str(f["message"]))
@@ -36,6 +45,8 @@ def _details(f: dict, rationale: str) -> str:
         lines.append(f"fix: {fix}")
     if rationale:
         lines.append(f"why: {rationale}")
+    if sources:
+        lines.append(f"sources: {sources}")
     items = f.get("items")
     if isinstance(items, list) and items:
         lines.append(f"details ({len(items)}):")
@@ -82,7 +93,7 @@ def build_junit(report: dict) -> ET.Element:
             st = f.get("status")
             severity = _x(f.get("severity") or "")
             message = _x(f.get("message") or title)
-            body = _x(_details(f, str(entry.get("rationale") or "")))
+            body = _x(_details(f, str(entry.get("rationale") or ""), _sources(entry.get("references"))))
             if st == "fail":
                 ET.SubElement(case, "failure", message=f"[{severity}] {message}", type=severity).text = body
                 counts["failures"] += 1
