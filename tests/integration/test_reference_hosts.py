@@ -80,15 +80,20 @@ EXPECTED = {
 def audit(sim_lib, tmp_path_factory):
     """Build the five reference hosts and their 25 mis-tuned copies, audit them in one playbook run."""
     tmp = tmp_path_factory.mktemp("reference")
+    # Every module execution starts the target's Python: a wrapper logs which host it runs for.
+    calls = tmp / "calls.log"
+    python = tmp / "python"
+    python.write_text(f'#!/bin/sh\necho "$GPUFLEET_SIM_HOST" >> {calls}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
     started = time.monotonic()
     built = reference.build(tmp / "hosts", variants=True)
-    inventory = reference.inventory(tmp / "hosts.yml", built, sim_lib.parent)
+    inventory = reference.inventory(tmp / "hosts.yml", built, sim_lib.parent, python=str(python))
     build_s = time.monotonic() - started
     result = run_playbook("audit.yml", str(inventory), extravars={"gpufleet_report_dir": str(tmp / "reports")})
     audit_s = time.monotonic() - started - build_s
     print(f"\nreference hosts: built {len(built)} in {build_s:.1f} s, audited in {audit_s:.1f} s")
     report = json.loads((tmp / "reports" / "latest" / "report.json").read_text())
-    return {"built": built, "result": result, "report": report}
+    return {"built": built, "result": result, "report": report, "calls": calls.read_text().split()}
 
 
 def _findings(audit, host):
@@ -115,6 +120,7 @@ def test_every_reference_host_is_audited(audit):
     assert {name: h.status for name, h in audit["result"].hosts.items()} == dict.fromkeys(audit["built"], "ok")
     for name in audit["built"]:
         assert audit["report"]["hosts"][name]["findings"], name
+    assert sorted(audit["calls"]) == sorted(audit["built"]), "one audit module call per host"
 
 
 def test_the_table_covers_every_host_and_mistuning():

@@ -108,6 +108,8 @@ ETHTOOL_README = "tests/fixtures/ethtool/<driver>/README.md (each recording's so
 HOSTS: dict[str, dict[str, Any]] = {
     "aws-p5": {
         "title": "AWS p5.48xlarge, AWS Deep Learning Base OSS Nvidia Driver AMI (Ubuntu 22.04)",
+        # A training job: the allocator holds nearly all GPU memory (normal without host swapping).
+        "gpu_memory_job_pct": 97.0,
         "gpu": {
             "profile": "h100",
             "count": 8,
@@ -188,6 +190,8 @@ HOSTS: dict[str, dict[str, Any]] = {
     },
     "gcp-a3-high": {
         "title": "Google Cloud a3-highgpu-8g, Ubuntu 22.04 accelerator image",
+        # A training job: the allocator holds nearly all GPU memory (normal without host swapping).
+        "gpu_memory_job_pct": 97.0,
         "gpu": {
             "profile": "h100",
             "count": 8,
@@ -288,6 +292,8 @@ HOSTS: dict[str, dict[str, Any]] = {
     },
     "azure-nd-h100-v5": {
         "title": "Azure Standard_ND96isr_H100_v5, Ubuntu-HPC 22.04 (azhpc-images)",
+        # A training job: the allocator holds nearly all GPU memory (normal without host swapping).
+        "gpu_memory_job_pct": 97.0,
         "gpu": {
             "profile": "h100",
             "count": 8,
@@ -392,6 +398,8 @@ HOSTS: dict[str, dict[str, Any]] = {
     },
     "dgx-h100": {
         "title": "HGX H100 bare metal (DGX H100-like), DGX OS 6 (Ubuntu 22.04)",
+        # A training job: the allocator holds nearly all GPU memory (normal without host swapping).
+        "gpu_memory_job_pct": 97.0,
         "gpu": {
             "profile": "h100",
             "count": 8,
@@ -472,6 +480,8 @@ HOSTS: dict[str, dict[str, Any]] = {
     },
     "pcie-l40s": {
         "title": "PCIe server with 4 x L40S, stock Ubuntu 22.04 server",
+        # An inference server: vLLM takes 90 % of GPU memory by default (gpu_memory_utilization 0.9).
+        "gpu_memory_job_pct": 90.0,
         "gpu": {
             "profile": "l40s",
             "count": 4,
@@ -622,7 +632,7 @@ def _busy_gpus(spec: dict[str, Any], state: dict[str, str]) -> dict[str, str]:
     cap, what a fully loaded GPU shows)."""
     profile = profiles.PROFILES[spec["gpu"]["profile"]]
     total = int(profile["memory_total"])
-    pct = spec.get("gpu_memory_pct", 93.0)
+    pct = spec.get("gpu_memory_pct", spec.get("gpu_memory_job_pct", 93.0))
     limit_mw = int(profile["power_default_limit_mw"])
     out = {}
     for g in range(spec["gpu"]["count"]):
@@ -777,6 +787,7 @@ def inventory(path: Path, built: dict[str, dict[str, Any]], sim_dir: Path, pytho
                 "LD_LIBRARY_PATH": str(sim_dir),
                 "FAKE_NVML_STATE": str(host_dir / "nvml.state"),
                 "FAKE_ETHTOOL_DIR": str(host_dir / "ethtool"),
+                "GPUFLEET_SIM_HOST": name,  # lets a test count module calls per host (m3 shares its host's files)
             },
             "gpufleet_policy_host": info["policy"],
         }
