@@ -7,7 +7,8 @@ image ships, each value's source listed there and in tests/sim/reference/README.
   https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html,
   https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/network_mtu.html
 - Google Cloud a3-highgpu-8g (8 x H100, 208 vCPUs, 1872 GB, gVNIC at the VPC's 1460 MTU, GPUDirect-TCPX NICs),
-  https://cloud.google.com/compute/docs/accelerator-optimized-machines, https://cloud.google.com/vpc/docs/mtu
+  https://cloud.google.com/compute/docs/accelerator-optimized-machines, https://cloud.google.com/vpc/docs/mtu,
+  https://cloud.google.com/compute/docs/gpus/gpu-network-bandwidth
 - Azure ND H100 v5 (8 x H100, 96 vCPUs, 1900 GiB, hv_netvsc + mlx5 VF, 8 x 400 Gb/s InfiniBand),
   https://learn.microsoft.com/en-us/azure/virtual-machines/sizes/gpu-accelerated/ndh100v5-series,
   https://github.com/Azure/azurehpc-health-checks/blob/main/conf/nd96isr_h100_v5.conf,

@@ -75,7 +75,7 @@ AWS_MTU = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/network_mtu.html"
 AWS_EFA_LIMITS = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start.html"
 GCP_A3 = "https://cloud.google.com/compute/docs/accelerator-optimized-machines"
 GCP_MTU = "https://cloud.google.com/vpc/docs/mtu"
-GCP_TCPX = "https://cloud.google.com/compute/docs/gpus/gpudirect"
+GCP_TCPX = "https://cloud.google.com/compute/docs/gpus/gpu-network-bandwidth"
 AZURE_ND = "https://learn.microsoft.com/en-us/azure/virtual-machines/sizes/gpu-accelerated/ndh100v5-series"
 AZURE_NHC = "https://github.com/Azure/azurehpc-health-checks/blob/main/conf/nd96isr_h100_v5.conf"
 AZURE_TOPO = "https://github.com/Azure/azhpc-images/blob/main/topology/ndv5-topo.xml"
@@ -283,7 +283,8 @@ HOSTS: dict[str, dict[str, Any]] = {
         "sources": {
             "8 x H100 80 GB, 208 vCPUs, 1872 GB (A3 High)": GCP_A3,
             "primary NIC MTU 1460 (VPC default; set each NIC to its VPC's MTU)": GCP_MTU,
-            "4 GPUDirect-TCPX NICs of 200 Gbps (gVNIC), VPCs with MTU 8244": GCP_TCPX,
+            "A3 High: 1,000 Gbps, GPUDirect-TCPX: 4 GPU NICs + the primary, 200 Gbps each (gVNIC)": GCP_TCPX,
+            "GPU NICs' VPCs created with MTU 8244 (GPUDirect-TCPX setup guide)": "unverified",
             "no cpufreq in the guest, no swap, swappiness 60, THP madvise, cubic": UBUNTU_DEFAULTS,
             "kernel.numa_balancing 1 (2 NUMA nodes)": KERNEL_NUMA_BALANCING,
             "no memlock line in limits.d (stock Ubuntu)": UBUNTU_DEFAULTS,
