@@ -216,19 +216,6 @@ def test_select_by_uuid(fleet):
 
 # ---------------------------------------------------------------- issue 14: config_file, the GPU boot configuration
 
-CONFIG_PLAY = """
-- name: gpu_settings config_file
-  hosts: all
-  gather_facts: false
-  environment:
-    LD_LIBRARY_PATH: "{{ sim_lib_dir }}"
-    FAKE_NVML_STATE: "{{ sim_state }}"
-  tasks:
-    - name: Set GPU settings
-      check_mode: "{{ check | default(false) }}"
-      diff: true
-"""
-
 
 @pytest.fixture
 def one_host(tmp_path, profiles, sim_lib):
@@ -241,8 +228,10 @@ def one_host(tmp_path, profiles, sim_lib):
     def run(args, check=False, state_path=None, module="gpu_settings"):
         if module == "gpu_settings":
             args = {"state_dir": str(tmp_path / "var"), **args}
-        play = yaml.safe_load(CONFIG_PLAY)
-        play[0]["tasks"][0]["gpufleet.tuning." + module] = args
+        play = yaml.safe_load(PLAY)  # the same play, with these arguments
+        task = play[0]["tasks"][0]
+        del task["gpufleet.tuning.gpu_settings"]
+        task["gpufleet.tuning." + module] = args
         (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
         host = {
             "ansible_connection": "local",
