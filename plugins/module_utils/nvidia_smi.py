@@ -5,6 +5,10 @@
 
 It yields the same per-GPU shape as module_utils.nvml, with every field nvidia-smi does not
 offer set to None and listed in ``unsupported``, and ``source: nvidia-smi``.
+
+A GPU in trouble does not cost the others: a ``[GPU requires reset]`` (or ``[GPU is lost]``) value marks that
+GPU ``lost`` (as NVML's GpuIsLost does), and nvidia-smi's per-GPU error line ("Unable to determine the device
+handle for GPU...") becomes an entry with ``lost`` and ``error``, while the other GPUs' lines are read as usual.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -12,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import csv
+import re
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
 
@@ -71,6 +76,18 @@ NOT_OFFERED = (
 )
 
 _MISSING = ("", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[insufficient permissions]")
+# Values nvidia-smi prints for every live field of a GPU that needs a reset or fell off the bus.
+_LOST = ("[gpu requires reset]", "[gpu is lost]")
+
+# nvidia-smi's line for a GPU it cannot open, in the forms drivers print it:
+#   "Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error"
+#   "Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error"
+#   "Unable to determine the device handle for gpu 0000:1b:00.0: GPU is lost.  Reboot the system to recover this GPU"
+_BUS = r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
+_HANDLE_ERROR = re.compile(
+    r"unable to determine the device handle for gpu\s*(?:(%s)|(\d+)(?::\s*(%s))?)\s*:\s*(.*)$" % (_BUS, _BUS),
+    re.IGNORECASE | re.MULTILINE,
+)
 
 
 class NvidiaSmiError(Exception):
@@ -84,7 +101,7 @@ def query_args(binary, legacy=False):
 
 def _convert(raw, kind):
     value = raw.strip()
-    if value.lower() in _MISSING:
+    if value.lower() in _MISSING or value.lower() in _LOST:
         return None, value or "empty"
     try:
         if kind == "int":
@@ -114,22 +131,56 @@ def _set(d, dotted, value):
     d[parts[-1]] = value
 
 
+def _nvml_bus_id(text):
+    """"0000:3b:00.0" -> NVML's "00000000:3B:00.0"."""
+    domain, rest = text.split(":", 1)
+    return "%s:%s" % (domain.rjust(8, "0").upper(), rest.upper())
+
+
+def _handle_error(line):
+    """The entry for a GPU nvidia-smi could not open, or None when the line is not such an error."""
+    m = _HANDLE_ERROR.search(line.strip())
+    if not m:
+        return None
+    bus = m.group(1) or m.group(3)
+    return {
+        "index": int(m.group(2)) if m.group(2) is not None else None,
+        "pci_bus_id": _nvml_bus_id(bus) if bus else None,
+        "lost": True,
+        "error": "nvidia-smi: %s" % (m.group(4).strip() or "unable to determine the device handle"),
+        "unsupported": {},
+        "source": "nvidia-smi",
+    }
+
+
 def parse(output):
-    """Parse ``--format=csv,noheader,nounits`` output of query_args() into (driver_version, gpus)."""
+    """Parse ``--format=csv,noheader,nounits`` output of query_args() into (driver_version, gpus).
+
+    A per-GPU error line becomes that GPU's entry (lost, with the error); any other line that is not a GPU's
+    CSV row is an error only when no GPU could be read at all."""
     gpus = []
     driver = None
-    for lineno, row in enumerate(csv.reader(output.splitlines(), skipinitialspace=True), 1):
-        if not row or not "".join(row).strip():
+    stray = None
+    for lineno, line in enumerate(output.splitlines(), 1):
+        if not line.strip():
             continue
+        failed = _handle_error(line)
+        if failed is not None:
+            gpus.append(failed)
+            continue
+        row = next(csv.reader([line], skipinitialspace=True))
         if len(row) != len(FIELDS):
-            raise NvidiaSmiError("nvidia-smi line %d has %d fields, expected %d: %r"
-                                 % (lineno, len(row), len(FIELDS), ",".join(row)[:200]))
+            stray = stray or NvidiaSmiError("nvidia-smi line %d has %d fields, expected %d: %r"
+                                            % (lineno, len(row), len(FIELDS), line[:200]))
+            continue
         gpu = {}
         unsupported = {}
+        lost = False
         for (_query, dotted, kind), raw in zip(FIELDS, row, strict=False):
             value, reason = _convert(raw, kind)
             if reason is not None:
                 unsupported[dotted] = "nvidia-smi: %s" % reason
+                lost = lost or reason.lower() in _LOST
             _set(gpu, dotted, value)
         driver = driver or gpu.pop("driver_version", None)
         gpu.pop("driver_version", None)
@@ -151,11 +202,18 @@ def parse(output):
         for dotted in NOT_OFFERED:
             _set(gpu, dotted, None)
             unsupported[dotted] = "not available from nvidia-smi"
-        gpu["lost"] = False
+        gpu["lost"] = lost
         gpu["unsupported"] = unsupported
         gpu["source"] = "nvidia-smi"
         gpus.append(gpu)
-    return driver, gpus
+    if stray is not None and not gpus:
+        raise stray
+    # Older drivers' error line names the GPU by bus id only. nvidia-smi numbers GPUs in PCI bus order, so its
+    # index is the number of GPUs on lower buses.
+    for g in gpus:
+        if g.get("index") is None and g.get("pci_bus_id"):
+            g["index"] = sum(1 for o in gpus if o is not g and (o.get("pci_bus_id") or "") < g["pci_bus_id"])
+    return driver, sorted(gpus, key=lambda g: (g.get("index") is None, g.get("index") or 0))
 
 
 def collect(module, binary):
@@ -163,8 +221,16 @@ def collect(module, binary):
     last = ""
     for legacy in (False, True):
         rc, out, err = module.run_command(query_args(binary, legacy))
-        if rc == 0:
-            return parse(out)
+        # A GPU nvidia-smi cannot open is reported by a line of its own (on stdout or stderr, and the exit status
+        # is then not 0): read what is there so that the other GPUs are not lost with it.
+        text = "\n".join(part for part in (out, err) if part)
+        if rc == 0 or _HANDLE_ERROR.search(text or ""):
+            try:
+                return parse(text if rc != 0 else "\n".join([out] + [x for x in (err or "").splitlines()
+                                                                        if _HANDLE_ERROR.search(x)]))
+            except NvidiaSmiError:
+                if rc == 0:
+                    raise
         last = (err or out or "").strip()
         if "not a valid field" not in last:
             break

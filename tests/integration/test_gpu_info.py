@@ -293,6 +293,19 @@ def fleet(tmp_path_factory, profiles, sim_lib):
     }.items():
         add(name, None, 0, None, ansible_python_interpreter=str(nopynvml / "bin" / "python"), sim_path=smi_path)
         hosts[name]["smi_env"] = {"NVIDIA_SMI_FIXTURE": smi_fixture, **extra}
+    # One GPU nvidia-smi cannot open (its error line, exit status 15): the other three are still read.
+    add(
+        "smi_one_gpu_failed",
+        None,
+        0,
+        None,
+        ansible_python_interpreter=str(nopynvml / "bin" / "python"),
+        sim_path=smi_path,
+    )
+    hosts["smi_one_gpu_failed"]["smi_env"] = {
+        "NVIDIA_SMI_FIXTURE": str(FIX / "nvidia-smi" / "h100x4-handle-error.csv"),
+        "NVIDIA_SMI_RC": "15",
+    }
     add("smi_forced", None, 0, None, gpu_info_backend="nvidia-smi", sim_path=smi_path)
     hosts["smi_forced"]["smi_env"] = {"NVIDIA_SMI_FIXTURE": smi_fixture}
     add(
@@ -314,6 +327,7 @@ def fleet(tmp_path_factory, profiles, sim_lib):
         "NVIDIA_SMI_FIXTURE: \"{{ (smi_env | default({})).NVIDIA_SMI_FIXTURE | default('') }}\"\n"
         "    NVIDIA_SMI_LEGACY: \"{{ (smi_env | default({})).NVIDIA_SMI_LEGACY | default('0') }}\"\n"
         "    NVIDIA_SMI_NO_DRIVER: \"{{ (smi_env | default({})).NVIDIA_SMI_NO_DRIVER | default('0') }}\"\n"
+        "    NVIDIA_SMI_RC: \"{{ (smi_env | default({})).NVIDIA_SMI_RC | default('0') }}\"\n"
         '    PATH: "{{ sim_path',
     )
     playbook.write_text(text)
@@ -530,6 +544,15 @@ def test_nvidia_smi_fallback(fleet, name):
     assert gpus[0]["memory"]["used_pct"] == 98.0
     assert gpus[1]["clock_event_reasons"]["throttling"] == ["sw_power_cap", "hw_thermal_slowdown"]
     assert gpus[0]["numa_node"] is None and "numa_node" in gpus[0]["unsupported"]
+
+
+def test_nvidia_smi_one_gpu_failed(fleet):
+    """nvidia-smi exits 15 with an error line for GPU 2: GPUs 0, 1 and 3 are read, GPU 2 is lost with the error."""
+    res = _ok(fleet, "smi_one_gpu_failed")
+    assert res["nvml"]["available"] is True and res["gpu_count"] == 4, res["nvml"]
+    assert [(g["index"], g["lost"]) for g in res["gpus"]] == [(0, False), (1, False), (2, True), (3, False)]
+    assert res["gpus"][2]["error"] == "nvidia-smi: Unknown Error"
+    assert res["gpus"][3]["memory"]["used_mib"] == 76012
 
 
 def test_nvidia_smi_without_driver(fleet):

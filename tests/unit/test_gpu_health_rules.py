@@ -200,3 +200,26 @@ def test_references_cite_dcgm_sources():
                     "GPU-PCI-002"):  # fmt: skip
         urls = [url for _title, url in rules.BY_ID[rule_id].references]
         assert "https://github.com/NVIDIA/DCGM/blob/master/modules/health/DcgmHealthWatch.cpp" in urls, rule_id
+
+
+def test_nvidia_smi_fallback_loses_only_the_gpu_in_trouble():
+    """gpu_info's nvidia-smi reader over the recorded outputs: GPU-HLT-002 names the one GPU, the others are judged."""
+    from pathlib import Path
+
+    from ansible_collections.gpufleet.tuning.plugins.module_utils import nvidia_smi
+
+    fix = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
+    for name, reason in (
+        ("h100x4-reset-required.csv", "GPU 2: nvidia-smi: [GPU requires reset]"),
+        ("h100x4-handle-error.csv", "GPU 2: nvidia-smi: Unknown Error"),
+    ):
+        driver, read = nvidia_smi.parse((fix / name).read_text())
+        facts = {"gpu": {"nvml": {"available": True, "source": "nvidia-smi"}, "driver": {"version": driver},
+                         "gpus": read, "gpu_count": len(read)}}  # fmt: skip
+        findings = _evaluate(facts)
+        lost = findings["GPU-HLT-002"]
+        assert lost["status"] == "fail" and lost["observed"] == {"lost": [2]}, lost
+        assert reason in lost["message"]
+        # The three good GPUs are still read and judged: persistence mode is on for all of them.
+        assert findings["GPU-PWR-001"]["status"] == "pass"
+        assert sorted(findings["GPU-PWR-001"]["observed"]) == ["0", "1", "3"]

@@ -55,3 +55,77 @@ def test_query_args_legacy_names():
     args = nvidia_smi.query_args("/usr/bin/nvidia-smi", legacy=True)
     assert "clocks_throttle_reasons.active" in args[1] and "clocks_event_reasons" not in args[1]
     assert args[2] == "--format=csv,noheader,nounits"
+
+
+# ---------------------------------------------------------------- issue 13 §3: one GPU in trouble loses only itself
+
+
+def test_gpu_requires_reset_marks_that_gpu_lost():
+    _, gpus = nvidia_smi.parse((FIX / "h100x4-reset-required.csv").read_text())
+    assert [g["index"] for g in gpus] == [0, 1, 2, 3]
+    assert [g["lost"] for g in gpus] == [False, False, True, False]
+    g = gpus[2]
+    assert g["utilization"] is None and g["temperature"]["gpu"] is None
+    assert g["unsupported"]["temperature.gpu"] == "nvidia-smi: [GPU requires reset]"
+    assert g["uuid"] == "GPU-c0d1e2f3-a4b5-4c6d-8e7f-9a0b1c2d3e4f"  # identity still readable
+    assert gpus[3]["utilization"] == {"gpu_pct": 98, "memory_pct": 57}
+
+
+def test_handle_error_line_loses_only_that_gpu():
+    driver, gpus = nvidia_smi.parse((FIX / "h100x4-handle-error.csv").read_text())
+    assert driver == "550.90.07"
+    assert [g["index"] for g in gpus] == [0, 1, 2, 3]
+    assert gpus[2] == {
+        "index": 2,
+        "pci_bus_id": "00000000:3A:00.0",
+        "lost": True,
+        "error": "nvidia-smi: Unknown Error",
+        "unsupported": {},
+        "source": "nvidia-smi",
+    }
+    assert [g["lost"] for g in gpus] == [False, False, True, False]
+    assert gpus[3]["power"]["usage_w"] == 612.48
+
+
+@pytest.mark.parametrize(
+    "line, index, bus, error",
+    [
+        # Older drivers: the bus id only; nvidia-smi numbers GPUs in bus order, so this is GPU 2 of the four.
+        ("Unable to determine the device handle for GPU0000:3A:00.0: Unknown Error", 2, "00000000:3A:00.0",
+         "Unknown Error"),
+        ("Unable to determine the device handle for gpu 0000:3a:00.0: GPU is lost.  Reboot the system to recover "
+         "this GPU", 2, "00000000:3A:00.0", "GPU is lost.  Reboot the system to recover this GPU"),
+        ("Unable to determine the device handle for GPU 2: Unknown Error", 2, None, "Unknown Error"),
+    ],
+)  # fmt: skip
+def test_handle_error_forms(line, index, bus, error):
+    rows = (FIX / "h100x4-handle-error.csv").read_text().splitlines()
+    rows[2] = line
+    _, gpus = nvidia_smi.parse("\n".join(rows))
+    lost = [g for g in gpus if g["lost"]]
+    assert [(g["index"], g["pci_bus_id"], g["error"]) for g in lost] == [(index, bus, "nvidia-smi: " + error)]
+    assert [g["index"] for g in gpus] == [0, 1, 2, 3]
+
+
+def test_only_errors_still_fail_clearly():
+    with pytest.raises(nvidia_smi.NvidiaSmiError, match="has 1 fields"):
+        nvidia_smi.parse("No devices were found\n")
+
+
+class _Module:
+    def __init__(self, rc, out, err=""):
+        self.result = (rc, out, err)
+
+    def run_command(self, args):
+        return self.result
+
+
+def test_collect_reads_the_other_gpus_when_nvidia_smi_exits_non_zero():
+    text = (FIX / "h100x4-handle-error.csv").read_text()
+    rows = [x for x in text.splitlines() if not x.startswith("Unable")]
+    err = "Unable to determine the device handle for GPU2: 0000:3A:00.0: Unknown Error\n"
+    driver, gpus = nvidia_smi.collect(_Module(15, "\n".join(rows) + "\n", err), "/usr/bin/nvidia-smi")
+    assert driver == "550.90.07" and [g["lost"] for g in gpus] == [False, False, True, False]
+    with pytest.raises(nvidia_smi.NvidiaSmiError, match="couldn't communicate"):
+        nvidia_smi.collect(_Module(9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."),
+                           "/usr/bin/nvidia-smi")  # fmt: skip

@@ -48,9 +48,23 @@ def check_lost_gpus(facts, pol):
     gpu = facts.get("gpu") or {}
     if not (gpu.get("nvml") or {}).get("available"):
         return skip("no NVIDIA GPUs could be read")
-    lost = [g["index"] for g in gpu.get("gpus") or [] if g.get("lost") or g.get("error")]
+    bad = [g for g in gpu.get("gpus") or [] if g.get("lost") or g.get("error")]
+    lost = [g["index"] for g in bad]
     if lost:
-        return result("fail", {"lost": lost}, {"lost": []}, "GPU(s) %s fell off the bus or cannot be opened" % lost)
+        # Why, where the reader says: NVML's or nvidia-smi's error, or nvidia-smi's "[GPU requires reset]" values.
+        why = []
+        for g in bad:
+            reset = [r for r in (g.get("unsupported") or {}).values() if "requires reset" in str(r).lower()]
+            reason = g.get("error") or (reset[0] if reset else None)
+            if reason:
+                why.append("GPU %s: %s" % (g["index"], reason))
+        return result(
+            "fail",
+            {"lost": lost},
+            {"lost": []},
+            "GPU(s) %s fell off the bus or cannot be opened%s" % (lost, " (%s)" % "; ".join(why) if why else ""),
+            items=[{"gpu": g["index"], "pci_bus_id": g.get("pci_bus_id"), "error": g.get("error")} for g in bad],
+        )
     return result("pass", {"lost": []}, {"lost": []}, "every GPU answers")
 
 
