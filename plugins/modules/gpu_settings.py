@@ -17,7 +17,7 @@ description:
   - Every request is validated against every selected GPU (power limit range, supported clocks) before anything
     is written, so a bad value never leaves a host half-configured.
   - Power limit, persistence mode, application clocks and locked clocks reset at reboot or driver reload; the
-    M(gpufleet.tuning.gpu_runtime) role re-applies them at boot.
+    M(gpufleet.tuning.gpu_runtime) role re-applies them at boot from the file O(config_file) records them in.
   - ECC and MIG modes change the I(pending) mode, which takes effect after a reboot or GPU reset; the module then
     returns C(reboot_required=true).
   - NVML has no getter for locked clocks; what this module applied is recorded in C(state_dir)/locked_clocks.json
@@ -226,6 +226,7 @@ class GpuSettings(object):
         self.plans = [gs.plan_gpu(self.nv, i, self.want, locked) for i in gs.select_gpus(self.nv, p["gpus"])]
         if p["strict"]:
             gs.check_strict(self.plans)
+        existing = {}
         if p["config_file"]:
             self.config_before = self.read_config()
             existing = boot.parse(self.config_before, p["config_file"])
