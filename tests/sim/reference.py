@@ -72,6 +72,10 @@ GIB_MIB = 1024
 AWS_P5 = "https://aws.amazon.com/ec2/instance-types/p5/"
 AWS_EFA_P5 = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html"
 AWS_MTU = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/network_mtu.html"
+AWS_DLAMI = (
+    "https://docs.amazonaws.cn/dlami/latest/devguide/aws-deep-learning-ami-gpubaseossarm64-ul2204-2025-11-10.html "
+    "(the Ubuntu 22.04 OSS-driver DLAMI of 2025-10-31; its x86_64 twin for P5 ships the same stack: assumed)"
+)
 AWS_EFA_LIMITS = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start.html"
 GCP_A3 = "https://cloud.google.com/compute/docs/accelerator-optimized-machines"
 GCP_MTU = "https://cloud.google.com/vpc/docs/mtu"
@@ -82,8 +86,13 @@ AZURE_TOPO = "https://github.com/Azure/azhpc-images/blob/main/topology/ndv5-topo
 AZURE_TUNING = (
     "https://github.com/Azure/azhpc-images/blob/main/components (hpc-tuning.sh, configure_nvidia_persistence.sh)"
 )
+AZURE_VERSIONS = (
+    "https://github.com/Azure/azhpc-images/blob/main/versions.json (nvidia.ubuntu22.04, cuda), "
+    "components/install_nvidiagpudriver.sh (A100, H100, H200 use open kernel modules)"
+)
 AZURE_ACCELNET = "https://learn.microsoft.com/en-us/azure/virtual-network/accelerated-networking-how-it-works"
 NV_HGX_RA = "https://docs.nvidia.com/reference-architectures/hgx-ai-factory-h100-h200-b200/components.md"
+NV_DRIVER_GUIDE = "https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/index.html"
 NV_FM = "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html"
 MLPERF_DGX = (
     "https://raw.githubusercontent.com/mlcommons/inference_results_v4.1/main/closed/NVIDIA/systems/"
@@ -113,7 +122,7 @@ HOSTS: dict[str, dict[str, Any]] = {
         "gpu": {
             "profile": "h100",
             "count": 8,
-            "driver": "550",
+            "driver": "580.95.05",
             "bus_ids": [
                 "00000000:53:00.0",
                 "00000000:64:00.0",
@@ -148,7 +157,7 @@ HOSTS: dict[str, dict[str, Any]] = {
             # Docker and the NVIDIA container toolkit come with the DLAMI; upstream units set no LimitMEMLOCK, so the
             # daemons run with the kernel's default (8 MiB since Linux 5.16).
             "job_services": [mkroot.job_service("containerd.service"), mkroot.job_service("docker.service")],
-            "kernel_release": "6.8.0-1015-aws",
+            "kernel_release": "6.8.0-1040-aws",
             "kernel_version": "#16~22.04.1-Ubuntu SMP Mon Aug 19 19:38:17 UTC 2024",
         },
         "files": {
@@ -175,15 +184,15 @@ HOSTS: dict[str, dict[str, Any]] = {
         ],
         "nvswitches": ["0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"],
         "fabricmanager": True,
-        "toolkits": ["12.2.2", "12.3.2", "12.4.1", "12.1.1"],
+        "toolkits": ["12.6.3", "12.8.1", "13.0.2", "12.9.1"],
         "sources": {
             "8 x H100 SXM 80 GB, 192 vCPUs (2 x 48-core AMD EPYC 7R13, SMT), 2 TiB": AWS_P5,
             "ENA primary interface ens5, MTU 9001 inside the VPC": AWS_MTU,
             "32 EFA devices, 3200 Gbps; ENA on network card 0": AWS_EFA_P5,
             "memlock unlimited for every user (EFA installer's limits.d file)": AWS_EFA_LIMITS,
             "ENA ring sizes, offloads, driver": ETHTOOL_README + " (ena/ens5)",
-            "kernel 6.8.0-1015-aws (Ubuntu 22.04 AWS kernel)": "tests/fixtures/ethtool/ena/README.md (show-channels)",
-            "driver 550 with the open kernel modules (OSS driver AMI), fabric manager, CUDA 12.1-12.4": AWS_P5,
+            "driver 580.95.05 (open modules), CUDA 12.6-13.0 (default 12.9), kernel 6.8.0-1040-aws, docker": AWS_DLAMI,
+            "fabric manager at the driver's version (NVSwitch)": NV_FM,
             "no cpufreq in the guest, no swap, swappiness 60, THP madvise, cubic": UBUNTU_DEFAULTS,
             "kernel.numa_balancing 1 (2 NUMA nodes)": KERNEL_NUMA_BALANCING,
         },
@@ -195,7 +204,7 @@ HOSTS: dict[str, dict[str, Any]] = {
         "gpu": {
             "profile": "h100",
             "count": 8,
-            "driver": "550",
+            "driver": "580.95.05",
             "bus_ids": [
                 "00000000:04:00.0",
                 "00000000:05:00.0",
@@ -207,7 +216,7 @@ HOSTS: dict[str, dict[str, Any]] = {
                 "00000000:8B:00.0",
             ],
             "nodes": [0, 0, 0, 0, 1, 1, 1, 1],
-            "flavour": "proprietary",
+            "flavour": "open",
         },
         "host": {
             "hostname": "a3-high-0",
@@ -279,7 +288,7 @@ HOSTS: dict[str, dict[str, Any]] = {
         "infiniband": [],
         "nvswitches": ["0000:0e:00.0", "0000:0f:00.0", "0000:10:00.0", "0000:11:00.0"],
         "fabricmanager": True,
-        "toolkits": ["12.4.1"],
+        "toolkits": ["12.8.1", "13.0.2"],
         "sources": {
             "8 x H100 80 GB, 208 vCPUs, 1872 GB (A3 High)": GCP_A3,
             "primary NIC MTU 1460 (VPC default; set each NIC to its VPC's MTU)": GCP_MTU,
@@ -288,7 +297,8 @@ HOSTS: dict[str, dict[str, Any]] = {
             "no cpufreq in the guest, no swap, swappiness 60, THP madvise, cubic": UBUNTU_DEFAULTS,
             "kernel.numa_balancing 1 (2 NUMA nodes)": KERNEL_NUMA_BALANCING,
             "no memlock line in limits.d (stock Ubuntu)": UBUNTU_DEFAULTS,
-            "NIC names, PCI addresses, kernel build": "illustrative (the shape, not the exact names, is documented)",
+            "driver 580 with the open modules (the default since 560), CUDA 12.8 and 13.0": NV_DRIVER_GUIDE,
+            "NIC names, PCI addresses, kernel build, driver and CUDA patch levels": "illustrative",
         },
     },
     "azure-nd-h100-v5": {
@@ -298,7 +308,7 @@ HOSTS: dict[str, dict[str, Any]] = {
         "gpu": {
             "profile": "h100",
             "count": 8,
-            "driver": "550",
+            "driver": "580.126.16",
             "bus_ids": [
                 "00000001:00:00.0",
                 "00000002:00:00.0",
@@ -310,7 +320,7 @@ HOSTS: dict[str, dict[str, Any]] = {
                 "0000000C:00:00.0",
             ],
             "nodes": [0, 0, 0, 0, 1, 1, 1, 1],
-            "flavour": "proprietary",
+            "flavour": "open",
         },
         "host": {
             "hostname": "ndv5-vmss000000",
@@ -385,12 +395,13 @@ HOSTS: dict[str, dict[str, Any]] = {
         "infiniband": [{"device": f"mlx5_ib{i}", "rate_gbps": 400} for i in range(8)],
         "nvswitches": ["0005:00:00.0", "0006:00:00.0", "0007:00:00.0", "0004:00:00.0"],
         "fabricmanager": True,
-        "toolkits": ["12.4.1"],
+        "toolkits": ["13.0.2"],
         "sources": {
             "8 x H100, 96 vCPUs (no SMT), 1900 GiB, 8 x 400 Gb/s InfiniBand": AZURE_ND,
             "2 sockets, 96 cores, 96 threads, 1915071 MB, no swap, mlx5_ib0-7 at 400, eth0, ib0-ib7": AZURE_NHC,
             "GPU and HCA PCI addresses and NUMA nodes (0001-0008 node 0, 0009-000c node 1)": AZURE_TOPO,
             "memlock unlimited (limits.conf), zone_reclaim_mode 1, nvidia-persistenced, fabric manager": AZURE_TUNING,
+            "driver 580.126.16 with the open modules (H100), CUDA 13.0": AZURE_VERSIONS,
             "hv_netvsc synthetic NIC with an mlx5 VF (accelerated networking)": AZURE_ACCELNET,
             "mlx5 VF rings, offloads": ETHTOOL_README + " (mlx5_core/eth0)",
             "kernel.numa_balancing 1 (azhpc-images turns it off only for GB200 and AMD)": KERNEL_NUMA_BALANCING,
@@ -404,7 +415,7 @@ HOSTS: dict[str, dict[str, Any]] = {
         "gpu": {
             "profile": "h100",
             "count": 8,
-            "driver": "535",
+            "driver": "570",
             "bus_ids": [
                 "00000000:1B:00.0",
                 "00000000:43:00.0",
@@ -416,7 +427,7 @@ HOSTS: dict[str, dict[str, Any]] = {
                 "00000000:DF:00.0",
             ],
             "nodes": [0, 0, 0, 0, 1, 1, 1, 1],
-            "flavour": "proprietary",
+            "flavour": "open",
         },
         "host": {
             "hostname": "dgx-h100-01",
@@ -468,7 +479,7 @@ HOSTS: dict[str, dict[str, Any]] = {
         "infiniband": [{"device": f"mlx5_{i}", "rate_gbps": 400} for i in range(8)],
         "nvswitches": ["0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"],
         "fabricmanager": True,
-        "toolkits": ["12.2.2"],
+        "toolkits": ["12.8.1"],
         "sources": {
             "8 x H100 SXM, 4 NVSwitch, 2 x Xeon Platinum 8480C (112 cores, 224 threads), 2 TB": NV_HGX_RA,
             "2 x 8480C, 2 TB, Ubuntu 22.04.4 on an HGX board": MLPERF_DGX,
@@ -476,7 +487,7 @@ HOSTS: dict[str, dict[str, Any]] = {
             "ConnectX-7 rings, offloads": ETHTOOL_README + " (mlx5_core/ens1f0np0)",
             "intel_pstate powersave (ondemand.service; a DGX OS change unverified), swappiness 60": UBUNTU_DEFAULTS,
             "kernel.numa_balancing 1 (2 NUMA nodes)": KERNEL_NUMA_BALANCING,
-            "driver 535 branch, kernel 5.15.0-1042-nvidia, NIC names, PCI addresses": "illustrative (DGX OS 6 era)",
+            "driver 570 (open modules), kernel 5.15.0-1042-nvidia, NIC names, PCI addresses": "illustrative (DGX OS 6)",
         },
     },
     "pcie-l40s": {
@@ -486,7 +497,7 @@ HOSTS: dict[str, dict[str, Any]] = {
         "gpu": {
             "profile": "l40s",
             "count": 4,
-            "driver": "550",
+            "driver": "580.95.05",
             "bus_ids": ["00000000:17:00.0", "00000000:3D:00.0", "00000000:99:00.0", "00000000:BD:00.0"],
             "nodes": [0, 0, 1, 1],
             "flavour": "proprietary",
@@ -530,14 +541,14 @@ HOSTS: dict[str, dict[str, Any]] = {
         "infiniband": [],
         "nvswitches": [],
         "fabricmanager": False,
-        "toolkits": ["12.4.1"],
+        "toolkits": ["12.8.1", "13.0.2"],
         "sources": {
             "L40S: 48 GB GDDR6, 350 W, PCIe Gen4 x16, no NVLink, no MIG": "tests/sim/nvml/profiles.py (l40s)",
             "no NVSwitch, so no fabric manager": NV_FM,
             "intel_pstate powersave (ondemand.service), 8 GiB /swap.img, swappiness 60, THP madvise": UBUNTU_DEFAULTS,
             "kernel.numa_balancing 1 (2 NUMA nodes)": KERNEL_NUMA_BALANCING,
             "Intel E810 rings, offloads": ETHTOOL_README + " (ice/eth0)",
-            "CPU model, memory size, NIC, PCI addresses": "illustrative (a common 2-socket 4-GPU PCIe chassis)",
+            "CPU model, memory size, NIC, PCI addresses, driver 580 from Ubuntu's archive": "illustrative",
         },
     },
 }
@@ -595,7 +606,8 @@ def _mistune(spec: dict[str, Any], number: int) -> tuple[dict[str, Any], dict[st
     elif number == 5:
         # The library was upgraded (new libnvidia-ml.so, what NVML reports), the loaded kernel module is the old one;
         # the real NVML then refuses to start (NVML_ERROR_LIB_RM_VERSION_MISMATCH).
-        spec["kernel_module_version"] = "535.104.05" if spec["gpu"]["driver"] != "535" else "525.147.05"
+        previous = {"580": "570.86.15", "570": "550.90.07", "550": "535.183.01"}
+        spec["kernel_module_version"] = previous.get(_driver_version(spec).split(".")[0], "525.147.05")
         spec["gpu_overrides"] = ["error.nvmlInitWithFlags=LibRmVersionMismatch"]
     else:
         raise ValueError(f"unknown mis-tuning {number!r} (known: {sorted(MISTUNINGS)})")
