@@ -106,8 +106,9 @@ def test_matrix_has_one_row_per_host_and_one_column_per_area(sample, sample_html
     assert matrix is not None
     head = [th.attrs["data-area"] for th in matrix.find("thead").iter("th") if "data-area" in th.attrs]
     assert head == list(schema.AREAS)
-    rows = list(matrix.find("tbody").iter("tr"))
-    assert [r.attrs["data-host"] for r in rows] == sorted(sample["hosts"])
+    rows = [r for r in matrix.iter("tr") if "data-host" in r.attrs]
+    # grouped by site (sites by name, hosts without one last), by name within a site
+    assert [r.attrs["data-host"] for r in rows] == ["sg-a100-01", "iad-h100-03", "fra-a100-02", "sg-l40s-03"]
     for row in rows:
         assert [td.attrs["data-area"] for td in row.iter("td") if "data-area" in td.attrs] == list(schema.AREAS)
 
@@ -286,3 +287,166 @@ def test_hostile_control_characters_are_dropped(hostile_html):
     for ch in ("\x00", "\x07", "\x1b"):
         assert ch not in hostile_html
     assert "bell\ufffd nul\ufffd" in hostile_html
+
+
+# ---------------------------------------------------------------------------------- statuses, sites, devices
+
+
+@pytest.fixture(scope="module")
+def statuses():
+    return load("statuses-v1.json")
+
+
+@pytest.fixture(scope="module")
+def statuses_html(statuses):
+    return report_html.render_html(statuses)
+
+
+def _css_rules(page_html):
+    css = re.search(r"<style>(.*?)</style>", page_html, re.S).group(1)
+    return {sel.strip(): body for sels, body in re.findall(r"([^{}]+)\{([^{}]*)\}", css) for sel in sels.split(",")}
+
+
+def test_every_host_status_has_its_own_styled_badge_and_legend_entry(statuses, statuses_html):
+    """timeout and interrupted had no style: white text on the page's white."""
+    rules = _css_rules(statuses_html)
+    backgrounds = {}
+    for status in schema.HOST_STATUSES:
+        body = rules.get(f".chip.host-{status}")
+        assert body and "background" in body, f"no badge style for host status {status}"
+        backgrounds[status] = re.search(r"background:\s*([^;]+)", body).group(1).strip()
+    assert len(set(backgrounds.values())) == len(schema.HOST_STATUSES), backgrounds  # each its own colour
+    legend = parse(statuses_html).find("div", id="legend-status")
+    entries = {n.attrs["data-legend"]: n for n in legend.iter("span") if "data-legend" in n.attrs}
+    assert list(entries) == [f"host-{s}" for s in schema.HOST_STATUSES]
+    for status, node in entries.items():
+        assert node.find("span").classes() == {"chip", status}
+    # the matrix and the host sections use the same badges
+    page = parse(statuses_html)
+    for name, host in statuses["hosts"].items():
+        row = page.find("tr", data_host=name)
+        assert f"host-{host['status']}" in row.find("span").classes()
+
+
+def test_timeout_does_not_look_like_critical(statuses_html):
+    rules = _css_rules(statuses_html)
+    assert "--host-timeout" in rules[".cell-timeout"]
+    root = rules[":root"]
+    colour = dict(re.findall(r"--([a-z0-9-]+):\s*(#[0-9a-f]{6})", root))
+
+    def rgb(h):
+        return tuple(int(h[i : i + 2], 16) for i in (1, 3, 5))
+
+    for sev in schema.SEVERITIES:
+        dist = sum((a - b) ** 2 for a, b in zip(rgb(colour["host-timeout"]), rgb(colour[sev]), strict=True)) ** 0.5
+        assert dist > 90, f"timeout colour {colour['host-timeout']} too close to {sev} {colour[sev]}"
+
+
+def test_every_cell_state_has_a_legend_badge(statuses_html):
+    legend = parse(statuses_html).find("div", id="legend-cells")
+    badges = [n for n in legend.iter("span") if "badge" in n.classes()]
+    states = {c.split("-", 1)[1] for b in badges for c in b.classes() if c.startswith("cell-")}
+    assert states == set(schema.CELL_STATES)
+    assert all(b.all_text().strip() for b in badges)  # each badge carries its text, not only a colour
+    rules = _css_rules(statuses_html)
+    for state in schema.CELL_STATES:
+        assert any(sel.startswith(f".cell-{state}") for sel in rules), state
+
+
+def test_every_cell_state_appears_in_the_statuses_fixture(statuses_html):
+    page = parse(statuses_html)
+    seen = {td.attrs["data-state"] for td in page.find("table", id="matrix").iter("td") if "data-state" in td.attrs}
+    assert seen == set(schema.CELL_STATES)
+
+
+def test_matrix_grouped_by_site_with_counts_and_a_site_column(statuses, statuses_html):
+    matrix = parse(statuses_html).find("table", id="matrix")
+    groups = [t for t in matrix.iter("tbody") if "site-group" in t.classes()]
+    assert [g.attrs["data-site"] for g in groups] == ["ap_southeast", "eu_central", "us_east", ""]
+    heads = []
+    for g in groups:
+        th = g.find("tr").find("th")
+        heads.append(" ".join((th.find("b").all_text() + " " + "".join(th.text)).split()))
+    assert heads[0] == "ap_southeast · 3 hosts: 2 audited, 1 unreachable · 3 critical, 6 high, 4 medium"
+    assert heads[1] == (
+        "eu_central · 2 hosts: 0 audited, 1 audit failed, 1 timed out · no host audited: findings unknown"
+    )
+    assert heads[2] == "us_east · 2 hosts: 1 audited, 1 not audited (run interrupted) · no findings"
+    assert heads[3] == "no site recorded · 1 host: 1 audited · no findings"
+    for g in groups:
+        for row in (r for r in g.iter("tr") if "data-host" in r.attrs):
+            site = statuses["hosts"][row.attrs["data-host"]]["site"]
+            assert g.attrs["data-site"] == (site or "")
+            assert row.find("td").classes() == {"site"} and row.find("td").all_text() == (site or "\u2013")
+    assert [th.all_text() for th in matrix.find("thead").iter("th")][:3] == ["Host", "Site", "Status"]
+
+
+def test_severity_by_site_chart(statuses_html):
+    chart = parse(statuses_html).find("div", id="site-chart")
+    rows = {r.attrs["data-site"]: r for r in chart.iter("tr")}
+    assert list(rows) == ["ap_southeast", "eu_central", "us_east", ""]
+    bar = rows["ap_southeast"].find("div")
+    segments = [(s.attrs["class"], s.attrs["style"]) for s in bar.iter("span")]
+    assert segments == [("sev-critical", "flex: 3"), ("sev-high", "flex: 6"), ("sev-medium", "flex: 4")]
+    assert bar.attrs["style"] == "width: 100.0%"
+    assert "2 of 2 hosts not audited" in rows["eu_central"].all_text()
+    assert "no host audited" in rows["eu_central"].all_text()  # a down site never reads as clean
+    assert list(rows["us_east"].find("div").iter("span")) == []
+
+
+def test_no_site_no_grouping(sample):
+    report = json.loads(json.dumps(sample))
+    for host in report["hosts"].values():
+        host["site"] = None
+    page = report_html.render_html(report)
+    assert 'id="site-chart"' not in page and 'class="site-head"' not in page
+    assert 'class="site">\u2013</td>' in page
+
+
+def _entry(li):
+    return f"{li.find('mark').all_text()} {li.find('code').all_text()}"
+
+
+def _vals(page_html, host, rule):
+    section = parse(page_html).find("section", data_host=host)
+    row = next(tr for tr in section.iter("tr") if "finding" in tr.classes() and rule in tr.all_text())
+    return row.find("td", class_="vals")
+
+
+def test_the_failing_gpu_of_eight_is_shown_first_and_marked(statuses_html):
+    vals = _vals(statuses_html, "sg-h100-02", "GPU-PWR-002")
+    first = vals.find("ul")
+    assert first is not None, "the failing device is not listed before the whole value"
+    items = list(first.iter("li"))
+    assert len(items) == 1
+    assert items[0].find("mark").all_text() == "GPU 3" and "bad" in items[0].find("mark").classes()
+    assert items[0].find("code").all_text() == '{"default_limit_w": 700.0, "limit_w": 450.0}'
+    folded = vals.find("details")
+    assert folded.find("summary").all_text() == "7 other GPUs not flagged: 0\u20132, 4\u20137"
+    assert '"3": {"default_limit_w": 700.0, "limit_w": 450.0}' in folded.all_text()  # the whole value, folded
+
+
+def test_the_failing_nic_is_shown_first_in_observed_and_expected(statuses_html):
+    vals = _vals(statuses_html, "sg-h100-02", "NET-MTU-001")
+    lists = list(vals.iter("ul"))
+    assert [[_entry(li) for li in ul.iter("li")] for ul in lists] == [
+        ["ens2f0np0 1500"],
+        ["ens2f0np0 == 9000 (network.mtu)"],
+    ]
+
+
+def test_every_gpu_failing_with_the_same_value_is_one_line(sample_html):
+    vals = _vals(sample_html, "sg-a100-01", "GPU-PWR-002")
+    assert [_entry(li) for li in vals.find("ul").iter("li")] == [
+        'GPUs 0\u20137 {"default_limit_w": 400.0, "limit_w": 250.0}'
+    ]
+    assert vals.find("details") is None  # no other GPU to fold
+
+
+def test_statuses_page_is_self_contained(statuses_html):
+    page = parse(statuses_html)
+    for node in page.iter():
+        assert node.tag not in ("link", "iframe", "object", "embed", "img", "image")
+        for attr in ("src", "action", "srcset", "data"):
+            assert attr not in node.attrs
+    assert "url(" not in statuses_html and "@import" not in statuses_html

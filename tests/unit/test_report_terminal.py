@@ -113,19 +113,68 @@ def test_no_colour_by_default_and_colour_on_request(sample, text):
     assert ANSI.sub("", coloured) == text  # colour changes nothing but the escapes
 
 
-def test_long_values_are_cut():
+def test_long_values_wrap_instead_of_being_cut():
     finding = {
         "rule": "A-1",
         "area": "cpu",
         "status": "fail",
         "severity": "high",
-        "observed": "x" * 500,
-        "expected": list(range(200)),
+        "observed": "x" * 250,
+        "expected": list(range(20)),
     }
     out = render_terminal({"hosts": {"h": {"status": "ok", "findings": [finding]}}})
-    line = next(line for line in out.splitlines() if "\u2192" in line)
-    assert len(line) < 13 + 2 * 100 + 3 + 1
-    assert "\u2026" in line
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(" " * 13 + "x"))
+    block = lines[start : start + 4]
+    assert all(len(line) <= 13 + 100 for line in block)
+    assert "".join(line.strip() for line in block[:3]) == "x" * 250  # all of it, on three lines
+    assert block[3].strip() == "\u2192 " + json.dumps(list(range(20)))
+    assert "\u2026" not in out
+
+
+def test_huge_values_stop_after_a_few_lines():
+    finding = {"rule": "A-1", "area": "cpu", "status": "fail", "severity": "high", "observed": "y" * 5000}
+    out = render_terminal({"hosts": {"h": {"status": "ok", "findings": [finding]}}})
+    ys = [line for line in out.splitlines() if line.strip().startswith(("y", "\u2026"))]
+    assert len(ys) == 6
+    assert ys[-1].strip() == "\u2026 4500 more characters (report.json has the whole value)"
+
+
+def _finding_block(out, host, rule):
+    lines = out.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith(host + "  (")))
+    i = next(i for i in range(start, len(lines)) if rule in lines[i])
+    end = next((j for j in range(i + 1, len(lines)) if not lines[j].startswith(" " * 13)), len(lines))
+    return lines[i + 1 : end]
+
+
+def test_the_failing_gpu_of_eight_comes_first():
+    """GPU 3 of eight is named on the line after the message, not cut off at the end of a long value."""
+    out = render_terminal(load("statuses-v1.json"))
+    block = [line.strip() for line in _finding_block(out, "sg-h100-02", "GPU-PWR-002")]
+    assert block[:4] == [
+        "GPU(s) 3: power limit below the default",
+        'GPU 3: {"default_limit_w": 700.0, "limit_w": 450.0}',
+        "(7 other GPUs not flagged: 0\u20132, 4\u20137)",
+        "\u2192 >= 100.0% of the default limit",
+    ]
+    coloured = render_terminal(load("statuses-v1.json"), color=True)
+    assert "\x1b[1;97;41mGPU 3\x1b[0m: " in coloured
+
+
+def test_the_failing_nic_comes_first_with_its_expected_value():
+    out = render_terminal(load("statuses-v1.json"))
+    block = [line.strip() for line in _finding_block(out, "sg-h100-02", "NET-MTU-001")]
+    assert block[1:4] == [
+        "ens2f0np0: 1500",
+        "(3 other NICs not flagged: ens1f0np0, ens3f0np0, ens4f0np0)",
+        "\u2192 ens2f0np0: == 9000 (network.mtu)",
+    ]
+
+
+def test_every_gpu_failing_with_one_value_is_one_line(text):
+    block = text[text.index("GPU-PWR-002") :]
+    assert block.splitlines()[2].strip() == 'GPUs 0\u20137: {"default_limit_w": 400.0, "limit_w": 250.0}'
 
 
 def test_incomplete_banner(sample):

@@ -22,6 +22,7 @@ import jinja2
 from markupsafe import Markup
 
 from . import schema
+from .devices import failing_devices, focus, others_text
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "report.html.j2"
@@ -37,6 +38,17 @@ _CELL_LABELS = {s: s for s in ("unreachable", "failed", "timeout", "error", "pas
     "none": "\u2013",
 }
 
+
+NO_SITE = "no site recorded"
+
+# Every host status, as its badge and the legend name it.
+HOST_STATUS_LABELS = {
+    "ok": "audited",
+    "failed": "audit failed",
+    "unreachable": "unreachable",
+    "timeout": "timed out",
+    "interrupted": "not audited (run interrupted)",
+}
 
 # What the page says before a host's message when the host was not audited.
 _DOWN_LABELS = {
@@ -92,6 +104,7 @@ def build_view(report: dict) -> dict[str, Any]:
     summary = schema.summarize(hosts)
 
     host_views = [_host_view(i, str(name), host, catalog) for i, (name, host) in enumerate(sorted(hosts.items()), 1)]
+    sites = _sites_view(host_views)
     inventory = run.get("inventory") or ""
     title = "gpufleet audit"
     if inventory:
@@ -119,12 +132,78 @@ def build_view(report: dict) -> dict[str, Any]:
         "severities": list(schema.SEVERITIES),
         "statuses": list(schema.STATUSES),
         "hosts": host_views,
+        "sites": sites,
+        "grouped": any(h["site"] for h in host_views),
+        "host_status_labels": HOST_STATUS_LABELS,
+        "legend_cells": _LEGEND_CELLS,
         "catalog": [_catalog_view(e) for e in sorted(catalog.values(), key=lambda e: e["id"])],
     }
 
 
 def _text(value: Any) -> str:
     return "" if value is None else str(value)
+
+
+# The legend: one badge per matrix cell state, drawn with the cell's own classes (label, classes, meaning).
+_LEGEND_CELLS = [
+    *[(sev, f"cell-fail sev-{sev}", f"failing, worst severity {sev}") for sev in schema.SEVERITIES],
+    ("warn \u00b7 medium", "cell-warn sev-medium", "warnings only (dashed), worst severity medium"),
+    ("error", "cell-error", "a check could not run"),
+    ("pass", "cell-pass", "all checks passed"),
+    ("skip", "cell-skip", "checks skipped (not applicable)"),
+    ("\u2013", "cell-none", "no check of this area ran"),
+    ("unreachable", "cell-unreachable", "host unreachable"),
+    ("failed", "cell-failed", "the audit failed on the host"),
+    ("timeout", "cell-timeout", "host timed out (no answer within gpufleet_host_timeout)"),
+    ("not audited", "cell-interrupted", "not audited (run interrupted)"),
+]
+
+
+def _site_key(host: dict) -> str:
+    return host["site"] or ""
+
+
+def _severity_text(by_sev: dict[str, int], audited: int) -> str:
+    """``3 critical, 6 high``; never "no findings" for a site where no host was audited (nothing is known)."""
+    if not audited:
+        return "no host audited: findings unknown"
+    return ", ".join(f"{n} {sev}" for sev, n in by_sev.items() if n) or "no findings"
+
+
+def _sites_view(hosts: list[dict]) -> list[dict[str, Any]]:
+    """The hosts grouped by site (sites by name, hosts without a site last), each with its counts."""
+    groups: dict[str, list[dict]] = {}
+    for h in hosts:
+        groups.setdefault(_site_key(h), []).append(h)
+    out = []
+    for index, key in enumerate(sorted(groups, key=lambda k: (k == "", k)), 1):
+        members = sorted(groups[key], key=lambda h: h["name"])
+        statuses = Counter(h["status"] for h in members)
+        by_sev = {sev: sum(h["by_severity"][sev] for h in members) for sev in schema.SEVERITIES}
+        audited = statuses.get("ok", 0)
+        parts = [f"{audited} audited"] + [
+            f"{statuses[st]} {HOST_STATUS_LABELS[st]}" for st in schema.DOWN_STATUSES if statuses.get(st)
+        ]
+        total = sum(by_sev.values())
+        out.append(
+            {
+                "name": key,
+                "label": key or NO_SITE,
+                "anchor": f"site-{index}",
+                "hosts": members,
+                "host_count": len(members),
+                "statuses": {st: statuses.get(st, 0) for st in schema.HOST_STATUSES},
+                "down": len(members) - audited,
+                "status_text": ", ".join(parts),
+                "by_severity": by_sev,
+                "findings": total,
+                "severity_text": _severity_text(by_sev, audited),
+            }
+        )
+    widest = max([g["findings"] for g in out] + [1])
+    for g in out:
+        g["bar_pct"] = round(100.0 * g["findings"] / widest, 1)
+    return out
 
 
 def _host_view(index: int, name: str, host: Any, catalog: dict[str, dict]) -> dict[str, Any]:
@@ -138,13 +217,21 @@ def _host_view(index: int, name: str, host: Any, catalog: dict[str, dict]) -> di
     facts = host.get("facts") if isinstance(host.get("facts"), dict) else {}
     gpu = facts.get("gpu") if isinstance(facts.get("gpu"), dict) else {}
     counts = Counter(f.get("status") for f in findings)
+    audited = status == "ok"
+    by_severity = {sev: 0 for sev in schema.SEVERITIES}
+    for f in findings:
+        if audited and schema.is_finding(f) and f.get("severity") in by_severity:
+            by_severity[f["severity"]] += 1
+    site = host.get("site")
     return {
         "name": name,
         "anchor": f"host-{index}",
         "status": status,
         "message": _text(host.get("message")),
         "down_label": _DOWN_LABELS.get(status, "Audit failed"),
-        "site": _text(host.get("site")),
+        "site": site if isinstance(site, str) and site else "",
+        "status_label": HOST_STATUS_LABELS.get(status, status),
+        "by_severity": by_severity,
         "gpus": _gpu_summary(gpu),
         "driver": _text((gpu.get("driver") or {}).get("version") if isinstance(gpu.get("driver"), dict) else None),
         "links": _links_view(host.get("links")),
@@ -220,6 +307,7 @@ def _finding_view(f: dict, catalog: dict[str, dict]) -> dict[str, Any]:
     entry = catalog.get(rule, {})
     fix = f.get("fix") if isinstance(f.get("fix"), dict) else entry.get("fix")
     fix = fix if isinstance(fix, dict) else {}
+    failing = failing_devices(f.get("items"))
     return {
         "rule": rule,
         "status": _text(f.get("status")),
@@ -229,8 +317,8 @@ def _finding_view(f: dict, catalog: dict[str, dict]) -> dict[str, Any]:
         "message": _text(f.get("message")),
         "rationale": _text(entry.get("rationale")),
         "references": _references_view(entry.get("references")),
-        "observed": _pretty(f.get("observed")),
-        "expected": _pretty(f.get("expected")),
+        "observed": _value_view(f.get("observed"), failing),
+        "expected": _value_view(f.get("expected"), failing),
         "fix": {k: _text(fix.get(k)) for k in ("role", "tag", "manual")},
         "items": _items_view(f.get("items")),
     }
@@ -255,6 +343,19 @@ def _pretty(value: Any) -> dict[str, Any]:
         lines = [f"  {_compact(str(k))}: {_compact(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))]
         return {"text": "{\n" + ",\n".join(lines) + "\n}", "block": True}
     return {"text": "[\n" + ",\n".join(f"  {_compact(v)}" for v in value) + "\n]", "block": True}
+
+
+def _value_view(value: Any, failing: dict[str, str]) -> dict[str, Any]:
+    """``_pretty(value)``, plus ``bad`` (the failing devices' entries, shown first and marked) and ``rest`` (what
+    the other devices are) when the value is keyed by the devices the finding's items name."""
+    view = _pretty(value)
+    view["bad"] = []
+    view["rest"] = ""
+    f = focus(value, failing)
+    if f is not None:
+        view["bad"] = f["bad"]
+        view["rest"] = others_text(f)
+    return view
 
 
 def _items_view(items: Any) -> dict[str, Any]:

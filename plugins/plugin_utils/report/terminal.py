@@ -10,14 +10,18 @@ observed value cannot move the cursor, recolour or forge lines; colour codes com
 from __future__ import annotations
 
 import re
+import textwrap
 from collections import Counter
 from typing import Any
 
 from . import schema
+from .devices import failing_devices, focus, others_text
 
 CELL_WIDTH = 14  # "warn/crit (12)" and a space
 MAX_HOST_WIDTH = 40
-VALUE_WIDTH = 100
+VALUE_WIDTH = 100  # a longer observed/expected value wraps onto more lines (it is not cut) ...
+MAX_VALUE_LINES = 6  # ... up to this many; the rest is counted (report.json has it all)
+_BAD = "\x1b[1;97;41m"  # the failing devices in a value
 
 _SHORT = {"critical": "CRIT", "high": "HIGH", "medium": "MED", "low": "LOW", "info": "INFO"}
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
@@ -120,6 +124,52 @@ def _gpu_line(host: dict) -> str:
     return ", ".join(parts)
 
 
+def _wrap(text: str, width: int = VALUE_WIDTH, max_lines: int = MAX_VALUE_LINES) -> list[str]:
+    """``text`` (already cleaned) in lines of ``width`` (broken after ", " where it can); past ``max_lines`` the
+    rest is counted, not printed."""
+    if len(text) <= width:
+        return [text]
+    lines = textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
+    if len(lines) > max_lines:
+        pos = 0
+        for line in lines[: max_lines - 1]:
+            pos = text.index(line, pos) + len(line)
+        rest = len(text) - pos
+        lines = lines[: max_lines - 1] + [f"\u2026 {rest} more characters (report.json has the whole value)"]
+    return lines
+
+
+def _values(f: dict, paint: _Painter) -> list[str]:
+    """observed \u2192 expected. A value keyed by the devices the finding's items name (GPU indexes, NIC names)
+    shows those devices first, marked, and counts the others; a long value wraps instead of being cut."""
+    failing = failing_devices(f.get("items"))
+    seen = focus(f.get("observed"), failing)
+    wanted = focus(f.get("expected"), failing)
+    observed = clean(schema.format_value(f.get("observed")))
+    expected = clean(schema.format_value(f.get("expected")))
+    if seen is None:
+        if wanted is None and len(observed) + len(expected) + 3 <= VALUE_WIDTH:
+            return [f"{observed} \u2192 {expected}"]
+        lines = _wrap(observed)
+    else:
+        lines = []
+        for b in seen["bad"]:
+            label = clean(b["label"])
+            first, *more = _wrap(f"{label}: {clean(b['text'])}")
+            lines.append(paint(label, _BAD) + first[len(label) :])
+            lines.extend("  " + m for m in more)
+        if seen["others"]:
+            lines.append(f"({clean(others_text(seen))})")
+    if wanted is not None:
+        for b in wanted["bad"]:
+            first, *more = _wrap(f"\u2192 {clean(b['label'])}: {clean(b['text'])}")
+            lines.append(first)
+            lines.extend("  " + m for m in more)
+        return lines
+    first, *more = _wrap(f"\u2192 {expected}")
+    return lines + [first] + ["  " + m for m in more]
+
+
 def render_terminal(report: dict, color: bool = False) -> str:
     """The report as text for a terminal (ANSI colours if ``color``); ends with a newline."""
     paint = _Painter(color)
@@ -188,9 +238,7 @@ def render_terminal(report: dict, color: bool = False) -> str:
             indent = " " * 13
             if f.get("message"):
                 out.append(indent + clean(f["message"]))
-            observed = clean(schema.format_value(f.get("observed"), VALUE_WIDTH))
-            expected = clean(schema.format_value(f.get("expected"), VALUE_WIDTH))
-            out.append(f"{indent}{observed} \u2192 {expected}")
+            out.extend(indent + line for line in _values(f, paint))
             fix = schema.format_fix(f.get("fix"))
             if fix:
                 out.append(f"{indent}fix: {clean(fix)}")
