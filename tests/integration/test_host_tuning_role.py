@@ -73,6 +73,8 @@ def test_host_tuning_fixes_its_rules(tmp_path):
             "overcommit_memory": 2,
             "memlock_kb": 64,
             "process_memlock_kb": 64,
+            # containerd installed (its upstream unit sets no LimitMEMLOCK), not running: jobs would get 8 MiB
+            "job_services": [mkroot.job_service("containerd.service", running=False)],
         },
     )
     inv = {
@@ -104,6 +106,8 @@ def test_host_tuning_fixes_its_rules(tmp_path):
     text = (root / "etc/sysctl.d/60-gpufleet.conf").read_text()
     assert "vm.swappiness = 10" in text and "kernel.numa_balancing = 0" in text
     assert (root / "etc/security/limits.d/90-gpufleet.conf").read_text().count("memlock unlimited") == 2
+    dropin = root / "etc/systemd/system/containerd.service.d/90-gpufleet-memlock.conf"
+    assert "[Service]\nLimitMEMLOCK=infinity\n" in dropin.read_text()
     assert {p.read_text().strip() for p in root.glob("sys/devices/system/cpu/cpu*/cpufreq/scaling_governor")} == {
         "performance"
     }
@@ -158,6 +162,7 @@ POLICY_PLAY = """
         msg:
           overrides: "{{ host_tuning_policy_overrides }}"
           irqbalance: "{{ host_tuning_irqbalance }}"
+          restart_required: "{{ host_tuning_restart_required }}"
 """
 
 
@@ -282,3 +287,83 @@ def test_irqbalance_is_not_started_over_irqs_pinned_by_hand(tmp_path):
     findings, decisions = hosts["owner"]  # the default policy (any) leaves the service to its owner
     assert decisions["irqbalance"]["state"] is None and "cpu.irqbalance: any" in decisions["irqbalance"]["reason"]
     assert findings["HOST-CPU-004"]["status"] == "pass"
+
+
+# ------------------------------------------- issue 13: HOST-MEM-004 where GPU jobs run
+
+DROPIN = "etc/systemd/system/{}.d/90-gpufleet-memlock.conf"
+MEMLOCK_TASK = "Memlock limit of the daemons that start GPU jobs (HOST-MEM-004)"
+
+
+def test_memlock_reaches_the_job_daemons(tmp_path):
+    """A drop-in per job daemon's unit (limits.conf never reaches a systemd service): installed daemons pass the
+    re-audit; a running one keeps its old limit, is listed in host_tuning_restart_required and is not restarted;
+    the policy's limit is written in systemd's form; check mode changes nothing; a second run changes nothing."""
+    _fleet(
+        tmp_path,
+        {
+            # slurmd and kubelet installed, not running (kubelet's unit sets 64M): both get infinity.
+            "installed": (
+                {
+                    "job_services": [
+                        mkroot.job_service("slurmd.service", running=False),
+                        mkroot.job_service("kubelet.service", "64M", running=False),
+                    ]
+                },
+                {},
+            ),
+            # containerd running with systemd's default 8 MiB: fixed on disk, restart needed, not done.
+            "running": ({"job_services": [mkroot.job_service("containerd.service")]}, {}),
+            # The policy asks for 1 GiB: LimitMEMLOCK=1048576K, as the rule reads it.
+            "policy": (
+                {"job_services": [mkroot.job_service("docker.service", running=False)]},
+                {"gpufleet_policy_group": {"memory": {"min_memlock_kb": 1048576}}},
+            ),
+            # No job daemons: only the limits.d file, as before.
+            "plain": ({}, {}),
+        },
+    )
+    roots = {name: tmp_path / name for name in ("installed", "running", "policy", "plain")}
+    digests = {name: _digest(root) for name, root in roots.items()}
+    (tmp_path / "check.yml").write_text(
+        POLICY_PLAY.replace("gather_facts: false", "gather_facts: false\n  check_mode: true")
+    )
+    events = []
+    check = run_playbook(str(tmp_path / "check.yml"), str(tmp_path / "hosts.yml"), on_event=events.append)
+    assert all(h.status == "ok" for h in check.hosts.values()), {n: h.message for n, h in check.hosts.items()}
+    assert {n: _digest(r) for n, r in roots.items()} == digests, "check mode changed a host"
+    predicted = {
+        (e["event_data"]["host"], e["event_data"]["task"])
+        for e in events
+        if e.get("event") == "runner_on_ok" and (e["event_data"].get("res") or {}).get("changed")
+    }
+    assert ("running", MEMLOCK_TASK) in predicted and ("plain", MEMLOCK_TASK) not in predicted
+
+    hosts, changed = _run_fleet(tmp_path)
+    for unit in ("slurmd.service", "kubelet.service"):
+        assert (roots["installed"] / DROPIN.format(unit)).read_text().endswith("[Service]\nLimitMEMLOCK=infinity\n")
+    findings, decisions = hosts["installed"]
+    assert findings["HOST-MEM-004"]["status"] == "pass", findings["HOST-MEM-004"]
+    assert decisions["restart_required"] == []
+
+    assert "LimitMEMLOCK=infinity" in (roots["running"] / DROPIN.format("containerd.service")).read_text()
+    findings, decisions = hosts["running"]
+    assert decisions["restart_required"] == ["containerd.service"]
+    assert findings["HOST-MEM-004"]["status"] == "fail"  # its running jobs still get 8 MiB
+    assert "its unit now gives unlimited: restart containerd.service" in findings["HOST-MEM-004"]["message"]
+
+    assert "LimitMEMLOCK=1048576K" in (roots["policy"] / DROPIN.format("docker.service")).read_text()
+    assert hosts["policy"][0]["HOST-MEM-004"]["status"] == "pass"
+
+    assert not (roots["plain"] / "etc/systemd/system").exists()
+    assert hosts["plain"][0]["HOST-MEM-004"]["status"] == "pass"
+    assert {(h, t) for h, t in changed if t == MEMLOCK_TASK} == {
+        ("installed", MEMLOCK_TASK),
+        ("running", MEMLOCK_TASK),
+        ("policy", MEMLOCK_TASK),
+    }
+    assert predicted >= {(h, t) for h, t in changed if t == MEMLOCK_TASK}
+
+    hosts, changed = _run_fleet(tmp_path)
+    assert [c for c in changed if c[1] != "Decisions"] == []
+    assert hosts["running"][1]["restart_required"] == ["containerd.service"]  # still true, still not restarted
