@@ -67,3 +67,22 @@ def merge(existing, gpus):
 def render(config):
     """The file's text (stable: a second run with the same settings writes the same bytes)."""
     return json.dumps(config, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
+
+
+def changes(before, after):
+    """Diff texts of two configurations: one ``<uuid> <setting>: <JSON value>`` line per setting that differs.
+
+    Per setting, not per file: a run's tasks each add their own settings, and a task's diff in check mode (the file
+    without the earlier tasks' settings) is then the same as in the real run.
+    """
+    old_gpus, new_gpus = before.get("gpus") or {}, after.get("gpus") or {}
+    lines = {"before": [], "after": []}
+    for uuid in sorted(set(old_gpus) | set(new_gpus)):
+        old, new = old_gpus.get(uuid) or {}, new_gpus.get(uuid) or {}
+        for key in sorted(set(old) | set(new)):
+            if key in old and key in new and old[key] == new[key]:
+                continue
+            for side, entry in (("before", old), ("after", new)):
+                if key in entry:
+                    lines[side].append("%s %s: %s\n" % (uuid, key, json.dumps(entry[key], sort_keys=True)))
+    return "".join(lines["before"]), "".join(lines["after"])

@@ -96,7 +96,8 @@ options:
       - The settings of this call that the driver forgets at reboot (persistence mode, power limit, compute mode,
         application and locked clocks) are merged into it per GPU UUID, after they are applied; other GPUs and
         settings in the file are kept. ECC and MIG modes persist on the GPU and are not recorded.
-      - Written atomically, only when its content changes (the change shows in the diff); not written in check mode.
+      - Written atomically, only when a setting in it changes (the diff has a line per GPU UUID and setting that
+        changes); not written in check mode. A file that holds the same settings in another layout is left alone.
       - Unset (the default) to record nothing.
     type: path
     version_added: "0.3.0"
@@ -211,7 +212,8 @@ class GpuSettings(object):
         self.plans = []  # per GPU: before, after and the NVML calls between them
         self.gpus = []  # the per-GPU result
         self.config_before = None  # config_file's text now (None: no file)
-        self.config_after = None  # its text after this run
+        self.config_current = {}  # the configuration it holds
+        self.config_wanted = {}  # the configuration after this run
         self.set_gpus = False  # do NVML calls need to run
         self.write_config = False  # does config_file need to be written
         self.changed = False
@@ -238,10 +240,12 @@ class GpuSettings(object):
             gs.apply_and_remember(self.nv, self.plans, p["strict"], p["state_dir"])
         self.gpus = gs.results(self.plans)
 
-        # The boot configuration holds what the GPUs now have (or will have, in check mode).
+        # The boot configuration holds what the GPUs now have (or will have, in check mode). It changes when a
+        # setting in it changes (a file that only looks different, or an empty configuration, is not written).
         if p["config_file"]:
-            self.config_after = boot.render(boot.merge(existing, self.gpus))
-            self.write_config = self.config_after != self.config_before
+            self.config_current = boot.merge(existing, [])
+            self.config_wanted = boot.merge(existing, self.gpus)
+            self.write_config = self.config_wanted != self.config_current
             if self.write_config and not self.module.check_mode:
                 self.write_config_file()
 
@@ -258,7 +262,7 @@ class GpuSettings(object):
         path = self.params["config_file"]
         rollback.record_for(self.module, [{"kind": "file", "path": path, "content": self.config_before}])
         try:
-            write_atomic(path, self.config_after)
+            write_atomic(path, boot.render(self.config_wanted))
         except (IOError, OSError) as exc:
             self.module.fail_json(msg="config_file: cannot write %s: %s" % (path, exc))
 
@@ -266,11 +270,12 @@ class GpuSettings(object):
         gpus = gs.diff(self.gpus)
         if not self.params["config_file"]:
             return gpus
+        before, after = boot.changes(self.config_current, self.config_wanted)
         config = {
             "before_header": self.params["config_file"],
             "after_header": self.params["config_file"],
-            "before": self.config_before or "",
-            "after": self.config_after,
+            "before": before,
+            "after": after,
         }
         return [gpus, config]
 

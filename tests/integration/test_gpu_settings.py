@@ -219,19 +219,25 @@ def test_select_by_uuid(fleet):
 
 @pytest.fixture
 def one_host(tmp_path, profiles, sim_lib):
-    """run(args, check=False, state_path=None, module=gpu_settings) -> the run (one H100 pair, persistence off)."""
+    """run(args, check=False, state_path=None, module=gpu_settings) -> the run (one H100 pair, persistence off).
+
+    ``args`` a list: one task per item, named "Set GPU settings <n>"."""
     state = tmp_path / "nvml.state"
     profiles.write_state(
         state, profiles.build_state("h100", gpus=2, driver="550", overrides=["gpu.*.persistence_mode=0"])
     )
 
     def run(args, check=False, state_path=None, module="gpu_settings"):
-        if module == "gpu_settings":
-            args = {"state_dir": str(tmp_path / "var"), **args}
         play = yaml.safe_load(PLAY)  # the same play, with these arguments
         task = play[0]["tasks"][0]
         del task["gpufleet.tuning.gpu_settings"]
-        task["gpufleet.tuning." + module] = args
+        tasks = []
+        for n, one in enumerate(args if isinstance(args, list) else [args], start=1):
+            if module == "gpu_settings":
+                one = {"state_dir": str(tmp_path / "var"), **one}
+            name = f"{TASK} {n}" if isinstance(args, list) else TASK
+            tasks.append({**task, "name": name, "gpufleet.tuning." + module: one})
+        play[0]["tasks"] = tasks
         (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
         host = {
             "ansible_connection": "local",
@@ -264,6 +270,7 @@ def test_config_file_check_mode_then_write_then_nothing(one_host, tmp_path, prof
     gpus_diff, file_diff = first["diff"]
     assert "GPU 0 persistence_mode: True\n" in gpus_diff["after"]
     assert file_diff["before_header"] == str(config) and file_diff["before"] == ""
+    assert file_diff["after"] == "".join(f"{u} persistence_mode: true\n{u} power_limit_w: 630\n" for u in sorted(uuids))
     # The format gpufleet-gpu-apply reads (unchanged from the gpu_boot_config filter's output).
     assert (
         config.read_text()
@@ -274,13 +281,27 @@ def test_config_file_check_mode_then_write_then_nothing(one_host, tmp_path, prof
         )
         + "\n"
     )
-    assert file_diff["after"] == config.read_text()
     assert oct(config.stat().st_mode & 0o777) == "0o644"
 
     mtime = config.stat().st_mtime_ns
     second = run(args).hosts["gpu1"].results[TASK]
     assert second["changed"] is False and second["config_changed"] is False
     assert config.stat().st_mtime_ns == mtime
+
+
+def test_config_file_check_mode_predicts_each_task(one_host, tmp_path):
+    """Two tasks add their settings to one file (as the gpu_runtime role's do): in check mode the first task writes
+    nothing, yet the second task's change and diff are the ones the real run shows (Molecule's promise)."""
+    run, _state, _uuids = one_host
+    config = str(tmp_path / "gpu-runtime.json")
+    tasks = [{"persistence_mode": True, "config_file": config}, {"power_limit": "90%", "config_file": config}]
+    checked = run(tasks, check=True).hosts["gpu1"]
+    real = run(tasks).hosts["gpu1"]
+    for name in (f"{TASK} 1", f"{TASK} 2"):
+        assert checked.results[name]["changed"] is real.results[name]["changed"] is True
+        assert checked.results[name]["diff"] == real.results[name]["diff"], name
+    again = run(tasks).hosts["gpu1"]
+    assert [again.results[f"{TASK} {n}"]["changed"] for n in (1, 2)] == [False, False]
 
 
 def test_config_file_merges_and_changes_alone(one_host, tmp_path, profiles):
