@@ -1,5 +1,6 @@
 """The HTML report in a real browser (headless Chromium): the matrix in the DOM after the page's script ran,
-the filter driven from the URL fragment, no script from the data ran, and a screenshot kept under tests/output/.
+the filter driven from the URL fragment, no script from the data ran, the contrast of every badge as rendered, and
+screenshots kept under tests/output/.
 
 Needs Debian's `chromium` package (skipped with the reason when it is missing). GPUFLEET_CHROMIUM names another
 binary. Runs as root too (--no-sandbox), with a fresh profile and no background networking.
@@ -7,12 +8,16 @@ binary. Runs as root too (--no-sandbox), with a fresh profile and no background 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
+import zlib
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -119,7 +124,8 @@ def test_matrix_in_the_dom_and_screenshot(tmp_path):
     head = re.search(r"<thead>.*?</thead>", matrix, re.S).group(0)
     assert re.findall(r'<th scope="col" data-area="([a-z]+)"', head) == list(schema.AREAS)
     rows = _rows(dom)
-    assert list(rows) == sorted(report["hosts"])
+    assert sorted(rows) == sorted(report["hosts"])
+    assert list(rows) == ["sg-a100-01", "iad-h100-03", "fra-a100-02", "sg-l40s-03"]  # by site, no site last
     assert not any(rows.values())  # no filter: every row shown
     for host in report["hosts"]:
         row = re.search(rf'<tr id="row-host-\d+" data-host="{re.escape(host)}".*?</tr>', matrix, re.S).group(0)
@@ -164,3 +170,248 @@ def test_no_script_from_the_data_runs(tmp_path):
     # hostile host names are still one matrix row each
     assert len(_rows(dom)) == len(report["hosts"])
     screenshot(page, tmp_path, OUTPUT / "report-hostile.png")
+
+
+# ------------------------------------------------------------------------------------- contrast of the badges
+
+AA = 4.5  # WCAG 2.x success criterion 1.4.3 (contrast minimum), normal text: the badges are 12-13 px
+BADGES = {  # what is measured: every badge a reader has to read
+    "matrix-host-status": "#matrix span.chip",
+    "matrix-cell": "#matrix td[data-state]",
+    "legend-host-status": "#legend-status .chip",
+    "legend-cell": "#legend-cells .badge",
+    "summary": "#summary .chip",
+    "host-head": "section.host .host-head .chip",
+    "failing-device": "td.vals mark.bad",
+}
+_COLLECT = """JSON.stringify(Object.entries(%s).flatMap(([kind, selector]) =>
+  Array.from(document.querySelectorAll(selector)).map((el) => {
+    const r = el.getBoundingClientRect();
+    return {kind: kind, cls: el.className, state: el.getAttribute("data-state") || "", text: el.textContent.trim(),
+            x: r.left + window.scrollX, y: r.top + window.scrollY, w: r.width, h: r.height,
+            color: getComputedStyle(el).color};
+  }).filter((b) => b.w > 0 && b.h > 0)))"""
+
+
+class DevTools:
+    """Headless Chromium driven over the DevTools protocol on a pipe (--remote-debugging-pipe: commands on fd 3,
+    replies on fd 4, NUL-terminated JSON). No port is opened."""
+
+    def __init__(self, tmp_path):
+        self._in_r, self._in_w = os.pipe()
+        self._out_r, self._out_w = os.pipe()
+
+        def fds():  # in the child: the pipe ends become fds 3 and 4, inheritable
+            os.dup2(os.dup(self._in_r), 3)
+            os.dup2(os.dup(self._out_w), 4)
+
+        args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
+                "--disable-background-networking", "--disable-component-update", "--disable-dev-shm-usage",
+                "--hide-scrollbars", "--remote-debugging-pipe", f"--user-data-dir={tmp_path / 'profile-cdp'}",
+                "about:blank"]
+        self.proc = subprocess.Popen(args, preexec_fn=fds, close_fds=False, cwd=tmp_path,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(self._in_r)
+        os.close(self._out_w)
+        self._buf = b""
+        self._id = 0
+        self.events = []
+        self.session = None
+
+    def _recv(self):
+        while b"\0" not in self._buf:
+            chunk = os.read(self._out_r, 1 << 20)
+            if not chunk:
+                raise EOFError("chromium closed the DevTools pipe")
+            self._buf += chunk
+        raw, self._buf = self._buf.split(b"\0", 1)
+        msg = json.loads(raw)
+        if "method" in msg:
+            self.events.append(msg)
+        return msg
+
+    def send(self, method, params=None, browser=False):
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params or {}}
+        if self.session and not browser:
+            msg["sessionId"] = self.session
+        os.write(self._in_w, json.dumps(msg).encode() + b"\0")
+        while True:
+            reply = self._recv()
+            if reply.get("id") == self._id:
+                assert "error" not in reply, f"{method}: {reply['error']}"
+                return reply["result"]
+
+    def open(self, url, width=1400, height=1000):
+        target = self.send("Target.createTarget", {"url": "about:blank"}, browser=True)["targetId"]
+        self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True}, browser=True)[
+            "sessionId"]
+        self.send("Page.enable")
+        self.send("Emulation.setDeviceMetricsOverride",
+                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        self.send("Page.navigate", {"url": url})
+        while not any(e["method"] == "Page.loadEventFired" for e in self.events):
+            self._recv()
+
+    def evaluate(self, expression):
+        result = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True})
+        assert "exceptionDetails" not in result, result
+        return result["result"]["value"]
+
+    def png(self, x, y, w, h):
+        clip = {"x": x, "y": y, "width": w, "height": h, "scale": 1}
+        shot = self.send("Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True})
+        return base64.b64decode(shot["data"])
+
+    def close(self):
+        try:
+            self.send("Browser.close", browser=True)
+        except (EOFError, OSError):
+            pass
+        try:
+            self.proc.wait(timeout=CHROMIUM_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self._in_w)
+        os.close(self._out_r)
+
+
+def decode_png(data):
+    """(width, height, rows of (r, g, b)) of an 8-bit RGB or RGBA PNG, as Chromium writes them."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, b"", None
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    width, height, depth, colour, _, _, interlace = header
+    assert depth == 8 and colour in (2, 6) and interlace == 0, header
+    bpp = 3 if colour == 2 else 4
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    rows, prev = [], bytearray(stride)
+    for y in range(height):
+        kind = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 0xFF
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        rows.append([tuple(line[i : i + 3]) for i in range(0, stride, bpp)])
+        prev = line
+    return width, height, rows
+
+
+def luminance(rgb):
+    """WCAG relative luminance of an sRGB colour."""
+    def lin(v):
+        v /= 255
+        return v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (lin(v) for v in rgb)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(a, b):
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def _css_rgb(text):
+    return tuple(int(float(v)) for v in re.findall(r"[\d.]+", text)[:3])
+
+
+def backgrounds(rows, text_rgb):
+    """The background colours of a badge as rendered: every colour covering at least 15 % of its pixels (two for
+    a striped cell); the text colour only when nothing else is (white text on a white page)."""
+    counts = Counter(px for row in rows for px in row)
+    total = sum(counts.values())
+    common = [c for c, n in counts.items() if n >= 0.15 * total]
+    others = [c for c in common if max(abs(x - y) for x, y in zip(c, text_rgb, strict=True)) > 8]
+    return others or common or [counts.most_common(1)[0][0]]
+
+
+def measure_badges(devtools):
+    """Each badge of the page: what it is, its text colour (computed), its background(s) (rendered) and the
+    worst contrast between them."""
+    out = []
+    for b in json.loads(devtools.evaluate(_COLLECT % json.dumps(BADGES))):
+        inset_x = min(b["h"] / 2, b["w"] / 4)  # past a pill's rounded ends and borders
+        x, y = int(b["x"] + inset_x), int(b["y"] + 3)
+        w, h = max(int(b["w"] - 2 * inset_x), 1), max(int(b["h"] - 6), 1)
+        _, _, rows = decode_png(devtools.png(x, y, w, h))
+        text = _css_rgb(b["color"])
+        bgs = backgrounds(rows, text)
+        b.update(text_rgb=text, backgrounds=bgs, ratio=min(contrast(text, bg) for bg in bgs))
+        out.append(b)
+    return out
+
+
+@pytest.fixture(scope="module")
+def badges(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("badges")
+    _, page = _render("statuses-v1.json", tmp_path)
+    devtools = DevTools(tmp_path)
+    try:
+        devtools.open(page.as_uri())
+        assert devtools.evaluate("document.documentElement.getAttribute('data-filters-ready')") == "1"
+        measured = measure_badges(devtools)
+        height = int(devtools.evaluate(  # down to the legend below the matrix
+            "Math.max(...Array.from(document.querySelectorAll('.legend'), (e) => e.getBoundingClientRect().bottom))"))
+        OUTPUT.mkdir(parents=True, exist_ok=True)
+        (OUTPUT / "report-statuses.png").write_bytes(devtools.png(0, 0, 1400, height + 16))
+    finally:
+        devtools.close()
+    return measured
+
+
+def _hex(rgb):
+    return "#{:02x}{:02x}{:02x}".format(*rgb)
+
+
+def test_every_badge_meets_wcag_aa_contrast(badges):
+    """Rendered: text colour (computed style) against the badge's background pixels in a screenshot."""
+    low = [f"{b['kind']} {b['cls']!r} {b['text']!r}: {_hex(b['text_rgb'])} on "
+           f"{', '.join(_hex(c) for c in b['backgrounds'])} = {b['ratio']:.2f}:1"
+           for b in badges if b["ratio"] < AA]
+    assert not low, f"badges below WCAG AA {AA}:1:\n" + "\n".join(low)
+
+
+def test_every_host_status_and_cell_state_was_measured(badges):
+    """The fixture has a host in each status and a cell in each state; each badge was found and measured."""
+    for status in schema.HOST_STATUSES:
+        for kind in ("matrix-host-status", "legend-host-status"):
+            assert any(b["kind"] == kind and f"host-{status}" in b["cls"].split() for b in badges), (kind, status)
+    cells = {b["state"] for b in badges if b["kind"] == "matrix-cell"}
+    assert cells == set(schema.CELL_STATES)
+    legend = {c for b in badges if b["kind"] == "legend-cell" for c in b["cls"].split() if c.startswith("cell-")}
+    assert legend == {f"cell-{s}" for s in schema.CELL_STATES}
+    assert any(b["kind"] == "failing-device" and b["text"] == "GPU 3" for b in badges)
+
+
+def test_timeout_badge_does_not_read_as_critical(badges):
+    """Rendered colours: the timed-out badge is far from every severity's colour (it was a dark red-brown)."""
+    def bg(kind, cls):
+        return next(b for b in badges if b["kind"] == kind and cls in b["cls"].split())["backgrounds"][0]
+
+    timeout = bg("matrix-host-status", "host-timeout")
+    for sev in schema.SEVERITIES:
+        colour = bg("legend-cell", f"sev-{sev}")
+        distance = sum((a - b) ** 2 for a, b in zip(timeout, colour, strict=True)) ** 0.5
+        assert distance > 90, f"timeout {_hex(timeout)} reads like {sev} {_hex(colour)}"
+    assert (OUTPUT / "report-statuses.png").stat().st_size > 20_000
