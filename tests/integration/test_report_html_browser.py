@@ -73,8 +73,10 @@ def _run(args, tmp_path, name):
     except subprocess.TimeoutExpired:
         # A page that opens a dialog (alert) never finishes loading in headless mode: for the hostile report that
         # means a payload ran.
-        pytest.fail(f"chromium did not finish within {CHROMIUM_TIMEOUT} s: the page hung, e.g. on an alert() "
-                    f"dialog opened by a script from the report's data ({' '.join(args)})")
+        pytest.fail(
+            f"chromium did not finish within {CHROMIUM_TIMEOUT} s: the page hung, e.g. on an alert() "
+            f"dialog opened by a script from the report's data ({' '.join(args)})"
+        )
     assert proc.returncode == 0, f"chromium failed ({proc.returncode}): {proc.stderr[-2000:]}"
     return proc.stdout
 
@@ -147,8 +149,9 @@ def test_filter_from_the_url_fragment(tmp_path):
     # hosts with a critical finding, plus the hosts that could not be audited (always shown: they are problems)
     assert _rows(dom) == {"fra-a100-02": False, "iad-h100-03": True, "sg-a100-01": False, "sg-l40s-03": False}
     assert "3 of 4 hosts, 3 findings shown" in dom
-    section = re.search(r'<section class="host status-ok" id="host-3" data-host="sg-a100-01".*?</section>', dom,
-                        re.S).group(0)
+    section = re.search(
+        r'<section class="host status-ok" id="host-3" data-host="sg-a100-01".*?</section>', dom, re.S
+    ).group(0)
     shown = re.findall(r'<tr class="finding status-(\w+)" data-severity="(\w+)"[^>]*?data-status="\w+">', section)
     assert shown == [("fail", "critical")] * 3
 
@@ -205,12 +208,24 @@ class DevTools:
             os.dup2(os.dup(self._in_r), 3)
             os.dup2(os.dup(self._out_w), 4)
 
-        args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
-                "--disable-background-networking", "--disable-component-update", "--disable-dev-shm-usage",
-                "--hide-scrollbars", "--remote-debugging-pipe", f"--user-data-dir={tmp_path / 'profile-cdp'}",
-                "about:blank"]
-        self.proc = subprocess.Popen(args, preexec_fn=fds, close_fds=False, cwd=tmp_path,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        args = [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-sync",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            "--remote-debugging-pipe",
+            f"--user-data-dir={tmp_path / 'profile-cdp'}",
+            "about:blank",
+        ]
+        self.proc = subprocess.Popen(
+            args, preexec_fn=fds, close_fds=False, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         os.close(self._in_r)
         os.close(self._out_w)
         self._buf = b""
@@ -245,10 +260,13 @@ class DevTools:
     def open(self, url, width=1400, height=1000):
         target = self.send("Target.createTarget", {"url": "about:blank"}, browser=True)["targetId"]
         self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True}, browser=True)[
-            "sessionId"]
+            "sessionId"
+        ]
         self.send("Page.enable")
-        self.send("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
         self.send("Page.navigate", {"url": url})
         while not any(e["method"] == "Page.loadEventFired" for e in self.events):
             self._recv()
@@ -319,6 +337,7 @@ def decode_png(data):
 
 def luminance(rgb):
     """WCAG relative luminance of an sRGB colour."""
+
     def lin(v):
         v /= 255
         return v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4
@@ -371,8 +390,11 @@ def badges(tmp_path_factory):
         devtools.open(page.as_uri())
         assert devtools.evaluate("document.documentElement.getAttribute('data-filters-ready')") == "1"
         measured = measure_badges(devtools)
-        height = int(devtools.evaluate(  # down to the legend below the matrix
-            "Math.max(...Array.from(document.querySelectorAll('.legend'), (e) => e.getBoundingClientRect().bottom))"))
+        height = int(
+            devtools.evaluate(  # down to the legend below the matrix
+                "Math.max(...Array.from(document.querySelectorAll('.legend'), (e) => e.getBoundingClientRect().bottom))"
+            )
+        )
         OUTPUT.mkdir(parents=True, exist_ok=True)
         (OUTPUT / "report-statuses.png").write_bytes(devtools.png(0, 0, 1400, height + 16))
     finally:
@@ -386,9 +408,12 @@ def _hex(rgb):
 
 def test_every_badge_meets_wcag_aa_contrast(badges):
     """Rendered: text colour (computed style) against the badge's background pixels in a screenshot."""
-    low = [f"{b['kind']} {b['cls']!r} {b['text']!r}: {_hex(b['text_rgb'])} on "
-           f"{', '.join(_hex(c) for c in b['backgrounds'])} = {b['ratio']:.2f}:1"
-           for b in badges if b["ratio"] < AA]
+    low = [
+        f"{b['kind']} {b['cls']!r} {b['text']!r}: {_hex(b['text_rgb'])} on "
+        f"{', '.join(_hex(c) for c in b['backgrounds'])} = {b['ratio']:.2f}:1"
+        for b in badges
+        if b["ratio"] < AA
+    ]
     assert not low, f"badges below WCAG AA {AA}:1:\n" + "\n".join(low)
 
 
@@ -406,6 +431,7 @@ def test_every_host_status_and_cell_state_was_measured(badges):
 
 def test_timeout_badge_does_not_read_as_critical(badges):
     """Rendered colours: the timed-out badge is far from every severity's colour (it was a dark red-brown)."""
+
     def bg(kind, cls):
         return next(b for b in badges if b["kind"] == kind and cls in b["cls"].split())["backgrounds"][0]
 

@@ -148,13 +148,20 @@ def test_matrix_healthy_unreachable_and_failed_hosts(sample_html):
 
 
 def test_warn_skip_error_and_empty_cells():
-    report = {"hosts": {"h": {"status": "ok", "findings": [
-        {"rule": "GPU-CPU-002", "area": "cpu", "status": "warn", "severity": "medium"},
-        {"rule": "GPU-CPU-001", "area": "cpu", "status": "pass", "severity": "medium"},
-        {"rule": "GPU-MEM-003", "area": "memory", "status": "skip", "severity": "low"},
-        {"rule": "GPU-HLT-002", "area": "health", "status": "error", "severity": "critical"},
-        {"rule": "GPU-HLT-001", "area": "health", "status": "pass", "severity": "critical"},
-    ]}}}
+    report = {
+        "hosts": {
+            "h": {
+                "status": "ok",
+                "findings": [
+                    {"rule": "GPU-CPU-002", "area": "cpu", "status": "warn", "severity": "medium"},
+                    {"rule": "GPU-CPU-001", "area": "cpu", "status": "pass", "severity": "medium"},
+                    {"rule": "GPU-MEM-003", "area": "memory", "status": "skip", "severity": "low"},
+                    {"rule": "GPU-HLT-002", "area": "health", "status": "error", "severity": "critical"},
+                    {"rule": "GPU-HLT-001", "area": "health", "status": "pass", "severity": "critical"},
+                ],
+            }
+        }
+    }
     cells = _cells(report_html.render_html(report), "h")
     assert {"cell-warn", "sev-medium"} <= cells["cpu"].classes()
     assert "cell-skip" in cells["memory"].classes()
@@ -178,7 +185,8 @@ def test_host_details_show_rationale_values_and_fix(sample_html):
     # worst first: fails before the warning, critical before high before medium
     shown = [(tr.attrs["data-status"], tr.attrs["data-severity"]) for tr in rows if "hidden" not in tr.attrs]
     assert shown == [("fail", "critical")] * 3 + [("fail", "high")] * 5 + [("fail", "medium")] * 2 + [
-        ("warn", "medium")]
+        ("warn", "medium")
+    ]
     # per-GPU items of GPU-PWR-002 are listed
     pwr = next(tr for tr in rows if "GPU-PWR-002" in tr.all_text())
     assert pwr.find("details").find("summary").all_text() == "8 details"
@@ -235,7 +243,7 @@ def test_filter_controls_and_print_styles(sample_html):
     assert [b.attrs["value"] for b in boxes if b.attrs.get("name") == "severity"] == list(schema.SEVERITIES)
     assert [b.attrs["value"] for b in boxes if b.attrs.get("name") == "area"] == list(schema.AREAS)
     assert form.find("input", id="filter-host") is not None
-    media = sample_html[sample_html.index("@media print"):]
+    media = sample_html[sample_html.index("@media print") :]
     assert "#filters" in media[: media.index("</style>")]
 
 

@@ -53,7 +53,9 @@ def test_one_suite_per_host_and_one_case_per_rule(sample, sample_xml):
     assert props == {"status": "ok", "site": "ap_southeast", "run": "6f0d3c1e-8a52-4e8b-9d0a-2b7c41f5e9a3"}
     down = _suite(sample_xml, "sg-l40s-03")
     assert {p.get("name"): p.get("value") for p in down.find("properties")} == {
-        "status": "unreachable", "run": "6f0d3c1e-8a52-4e8b-9d0a-2b7c41f5e9a3"}
+        "status": "unreachable",
+        "run": "6f0d3c1e-8a52-4e8b-9d0a-2b7c41f5e9a3",
+    }
 
 
 def test_status_mapping(sample_xml):
@@ -82,9 +84,25 @@ def test_status_mapping(sample_xml):
 
 
 def test_check_error_is_an_error():
-    report = {"hosts": {"h": {"status": "ok", "findings": [
-        {"rule": "GPU-HLT-002", "area": "health", "status": "error", "severity": "critical", "title": "GPU lost",
-         "message": "KeyError: 'lost'", "observed": None, "expected": None}]}}}
+    report = {
+        "hosts": {
+            "h": {
+                "status": "ok",
+                "findings": [
+                    {
+                        "rule": "GPU-HLT-002",
+                        "area": "health",
+                        "status": "error",
+                        "severity": "critical",
+                        "title": "GPU lost",
+                        "message": "KeyError: 'lost'",
+                        "observed": None,
+                        "expected": None,
+                    }
+                ],
+            }
+        }
+    }
     root = ET.fromstring(junit.render_junit(report))
     error = root.find("testsuite/testcase/error")
     assert (error.get("type"), error.get("message")) == ("check-error", "KeyError: 'lost'")

@@ -117,16 +117,25 @@ def test_findings_only_fail_and_warn(sample, metrics):
     )
     assert got == want and len(got) == 11
     fm = next(s for s, _ in samples if s["rule"] == "SW-FM-001")
-    assert fm == {"host": "sg-a100-01", "rule": "SW-FM-001", "severity": "critical", "area": "software",
-                  "status": "fail"}
+    assert fm == {
+        "host": "sg-a100-01",
+        "rule": "SW-FM-001",
+        "severity": "critical",
+        "area": "software",
+        "status": "fail",
+    }
     aer = next(s for s, _ in samples if s["rule"] == "HOST-HLT-002")
     assert aer["status"] == "warn"
 
 
 def test_host_up_says_why(metrics):
     up = {(s["host"], s["status"]): v for s, v in metrics["gpufleet_host_up"]["samples"]}
-    assert up == {("sg-a100-01", "ok"): 1, ("fra-a100-02", "failed"): 0, ("iad-h100-03", "ok"): 1,
-                  ("sg-l40s-03", "unreachable"): 0}
+    assert up == {
+        ("sg-a100-01", "ok"): 1,
+        ("fra-a100-02", "failed"): 0,
+        ("iad-h100-03", "ok"): 1,
+        ("sg-l40s-03", "unreachable"): 0,
+    }
 
 
 def test_host_findings_per_audited_host_and_severity(metrics):
@@ -142,7 +151,11 @@ def test_hosts_not_audited_export_no_finding_counts():
     m = parse(render(report))
     down = {n for n, h in report["hosts"].items() if h["status"] != "ok"}
     assert {h["status"] for n, h in report["hosts"].items() if n in down} == {
-        "failed", "unreachable", "timeout", "interrupted"}
+        "failed",
+        "unreachable",
+        "timeout",
+        "interrupted",
+    }
     for family in ("gpufleet_host_findings", "gpufleet_finding"):
         hosts = {labels["host"] for labels, _ in m[family]["samples"]}
         assert not hosts & down, family
@@ -166,8 +179,10 @@ def test_no_gauge_ends_in_total(metrics):
 def test_promtool_accepts_every_textfile():
     if PROMTOOL is None:
         warnings.warn("promtool not found: the textfiles were NOT checked by promtool", stacklevel=1)
-        pytest.skip("promtool not found: install Debian's `prometheus` package (scripts/install-deps.sh test) "
-                    "so that `promtool check metrics` checks every textfile these tests render")
+        pytest.skip(
+            "promtool not found: install Debian's `prometheus` package (scripts/install-deps.sh test) "
+            "so that `promtool check metrics` checks every textfile these tests render"
+        )
     for name in ("sample-v1.json", "hostile-v1.json", "statuses-v1.json"):
         render(load(name))
     assert len(CHECKED) >= 3
@@ -181,8 +196,10 @@ def test_timestamp_and_complete(sample, metrics):
     m = parse(render(partial))
     assert m["gpufleet_audit_complete"]["samples"] == [({}, 0.0)]
     # no finish time: the start time
-    assert m["gpufleet_audit_timestamp_seconds"]["samples"][0][1] == datetime(
-        2026, 11, 1, 8, 30, tzinfo=timezone.utc).timestamp()
+    assert (
+        m["gpufleet_audit_timestamp_seconds"]["samples"][0][1]
+        == datetime(2026, 11, 1, 8, 30, tzinfo=timezone.utc).timestamp()
+    )
 
 
 def test_timestamp_falls_back_to_now():
@@ -204,17 +221,28 @@ def test_hostile_labels_round_trip_and_inject_nothing():
     assert list(m) == FAMILIES
     assert "gpufleet_fake" not in {line.split("{")[0].split(" ")[0] for line in text.splitlines()}
     up = {s["host"]: v for s, v in m["gpufleet_host_up"]["samples"]}
-    assert up == {"gpu-<script>alert(1)</script>-01": 1, 'evil"host\nname{{ 7*7 }}': 0,
-                  "unreach-<img src=x onerror=\"document.body.setAttribute('data-pwned','img')\">": 0}
+    assert up == {
+        "gpu-<script>alert(1)</script>-01": 1,
+        'evil"host\nname{{ 7*7 }}': 0,
+        "unreach-<img src=x onerror=\"document.body.setAttribute('data-pwned','img')\">": 0,
+    }
     assert 'host="evil\\"host\\nname{{ 7*7 }}"' in text
 
 
 def test_backslash_in_a_rule_label():
-    report = {"run": {"finished_at": "2026-01-01T00:00:00Z", "complete": True}, "hosts": {"h\\1": {
-        "status": "ok", "findings": [{"rule": 'R\\"-1\n', "status": "fail", "severity": "low", "area": "cpu"}]}}}
+    report = {
+        "run": {"finished_at": "2026-01-01T00:00:00Z", "complete": True},
+        "hosts": {
+            "h\\1": {
+                "status": "ok",
+                "findings": [{"rule": 'R\\"-1\n', "status": "fail", "severity": "low", "area": "cpu"}],
+            }
+        },
+    }
     m = parse(render(report))
     assert m["gpufleet_finding"]["samples"] == [
-        ({"host": "h\\1", "rule": 'R\\"-1\n', "severity": "low", "area": "cpu", "status": "fail"}, 1.0)]
+        ({"host": "h\\1", "rule": 'R\\"-1\n', "severity": "low", "area": "cpu", "status": "fail"}, 1.0)
+    ]
 
 
 def test_duplicate_rule_results_give_one_series():

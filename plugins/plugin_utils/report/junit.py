@@ -86,7 +86,9 @@ def build_junit(report: dict) -> ET.Element:
             entry = catalog.get(str(f.get("rule")), {})
             title = _x(f.get("title") or entry.get("title") or "")
             case = ET.SubElement(
-                suite, "testcase", classname=f"{name}.{_x(f.get('area') or 'unknown')}",
+                suite,
+                "testcase",
+                classname=f"{name}.{_x(f.get('area') or 'unknown')}",
                 name=f"{rule} {title}".strip(),
             )
             counts["tests"] += 1

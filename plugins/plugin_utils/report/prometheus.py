@@ -85,15 +85,27 @@ def render_prometheus(report: dict, now: datetime | None = None) -> str:
             if key in seen:  # one series per host and rule: a duplicate would make node_exporter drop the file
                 continue
             seen.add(key)
-            labels = _labels(host=name, rule=f.get("rule", ""), severity=f.get("severity", ""),
-                             area=f.get("area", ""), status=f.get("status"))
+            labels = _labels(
+                host=name,
+                rule=f.get("rule", ""),
+                severity=f.get("severity", ""),
+                area=f.get("area", ""),
+                status=f.get("status"),
+            )
             findings.append(f"{PREFIX}_finding{labels} 1")
     families.append(("finding", "A failing or warning gpufleet finding on a host (always 1 while it lasts).", findings))
 
-    up = [f"{PREFIX}_host_up{_labels(host=name, status=_status(h))} {1 if _audited(h) else 0}"
-          for name, h in sorted(hosts.items())]
-    families.append(("host_up", "1 if the host was audited, 0 if not; status says why "
-                     "(ok, unreachable, failed, timeout, interrupted).", up))
+    up = [
+        f"{PREFIX}_host_up{_labels(host=name, status=_status(h))} {1 if _audited(h) else 0}"
+        for name, h in sorted(hosts.items())
+    ]
+    families.append(
+        (
+            "host_up",
+            "1 if the host was audited, 0 if not; status says why (ok, unreachable, failed, timeout, interrupted).",
+            up,
+        )
+    )
 
     totals = []
     for name, host in audited.items():
@@ -102,16 +114,32 @@ def render_prometheus(report: dict, now: datetime | None = None) -> str:
             if schema.is_finding(f) and f.get("severity") in counts:
                 counts[f["severity"]] += 1
         totals.extend(f"{PREFIX}_host_findings{_labels(host=name, severity=s)} {n}" for s, n in counts.items())
-    families.append(("host_findings", "Failing and warning findings on an audited host, by severity "
-                     "(no series for a host that was not audited: see gpufleet_host_up).", totals))
+    families.append(
+        (
+            "host_findings",
+            "Failing and warning findings on an audited host, by severity "
+            "(no series for a host that was not audited: see gpufleet_host_up).",
+            totals,
+        )
+    )
 
     ts = audit_timestamp(report)
     if ts is None:
         ts = (now or datetime.now(timezone.utc)).timestamp()
-    families.append(("audit_timestamp_seconds", "Unix time the audit finished.", [
-        f"{PREFIX}_audit_timestamp_seconds {_number(float(ts))}"]))
-    families.append(("audit_complete", "1 if the audit run completed, 0 if it was interrupted or partial.", [
-        f"{PREFIX}_audit_complete {1 if run.get('complete') is True else 0}"]))
+    families.append(
+        (
+            "audit_timestamp_seconds",
+            "Unix time the audit finished.",
+            [f"{PREFIX}_audit_timestamp_seconds {_number(float(ts))}"],
+        )
+    )
+    families.append(
+        (
+            "audit_complete",
+            "1 if the audit run completed, 0 if it was interrupted or partial.",
+            [f"{PREFIX}_audit_complete {1 if run.get('complete') is True else 0}"],
+        )
+    )
 
     lines: list[str] = []
     for name, help_text, samples in families:

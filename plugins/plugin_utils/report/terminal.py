@@ -184,8 +184,12 @@ def render_terminal(report: dict, color: bool = False) -> str:
             head.append(f"{label} {clean(run[key])}")
     out.append("  ".join(head))
     if run.get("complete") is False:
-        out.append(paint("INCOMPLETE RUN: the audit was interrupted or partial; results below are not the whole fleet.",
-                         "\x1b[1;33m"))
+        out.append(
+            paint(
+                "INCOMPLETE RUN: the audit was interrupted or partial; results below are not the whole fleet.",
+                "\x1b[1;33m",
+            )
+        )
         if run.get("incomplete_reason"):
             out.append(paint(f"  ({clean(run['incomplete_reason'])})", "\x1b[1;33m"))
     out.append("")
@@ -193,7 +197,8 @@ def render_terminal(report: dict, color: bool = False) -> str:
     host_w = min(max([4] + [len(clean(n)) for n in names]), MAX_HOST_WIDTH)
     status_w = len("unreachable")
     header = f"{'HOST':<{host_w}}  {'STATUS':<{status_w}}  " + "".join(
-        f"{a.upper():<{CELL_WIDTH}}" for a in schema.AREAS)
+        f"{a.upper():<{CELL_WIDTH}}" for a in schema.AREAS
+    )
     out.append(header.rstrip())
     out.append("-" * len(header.rstrip()))
     for name in names:
@@ -214,8 +219,11 @@ def render_terminal(report: dict, color: bool = False) -> str:
     for name in names:
         host = hosts[name] if isinstance(hosts[name], dict) else {}
         status = host.get("status")
-        shown = [f for f in sorted(schema.host_findings(host), key=schema.finding_sort_key)
-                 if f.get("status") in ("fail", "warn", "error")]
+        shown = [
+            f
+            for f in sorted(schema.host_findings(host), key=schema.finding_sort_key)
+            if f.get("status") in ("fail", "warn", "error")
+        ]
         if status == "ok" and not shown and not _no_driver(host):
             continue  # nothing to say (a host without a usable NVIDIA driver is always listed, with the reason)
         out.append("")
@@ -226,15 +234,17 @@ def render_terminal(report: dict, color: bool = False) -> str:
         out.append(line)
         if status != "ok":
             label = _DOWN_LABELS.get(str(status), "AUDIT FAILED")
-            out.append("  " + paint(label, _STATE_COLOR.get(str(status))) + ": "
-                       + clean(host.get("message") or "no message"))
+            out.append(
+                "  " + paint(label, _STATE_COLOR.get(str(status))) + ": " + clean(host.get("message") or "no message")
+            )
         for f in shown:
             sev = str(f.get("severity") or "")
             st = str(f.get("status") or "")
             tag = f"{_SHORT.get(sev, clean(sev).upper()):<4} {st:<5}"
             code = _SEVERITY_COLOR.get(sev) if st == "fail" else _STATE_COLOR.get(st, _SEVERITY_COLOR.get(sev))
-            out.append(f"  {paint(tag, code)} {clean(f.get('rule')):<12} {clean(f.get('area')):<9} "
-                       f"{clean(f.get('title'))}")
+            out.append(
+                f"  {paint(tag, code)} {clean(f.get('rule')):<12} {clean(f.get('area')):<9} {clean(f.get('title'))}"
+            )
             indent = " " * 13
             if f.get("message"):
                 out.append(indent + clean(f["message"]))
@@ -251,8 +261,9 @@ def render_terminal(report: dict, color: bool = False) -> str:
         if h.get(key):
             line += f", {h[key]} {label}"
     out.append(line + ")")
-    sev_text = ", ".join(paint(f"{n} {sev}", _SEVERITY_COLOR[sev] if n else None)
-                         for sev, n in fs["by_severity"].items())
+    sev_text = ", ".join(
+        paint(f"{n} {sev}", _SEVERITY_COLOR[sev] if n else None) for sev, n in fs["by_severity"].items()
+    )
     out.append(f"findings: {sum(fs['by_severity'].values())} ({sev_text})")
     out.append("checks: " + ", ".join(f"{n} {st}" for st, n in fs["by_status"].items()))
     return "\n".join(out) + "\n"
