@@ -224,10 +224,12 @@ def collect(module, binary):
         # A GPU nvidia-smi cannot open is reported by a line of its own (on stdout or stderr, and the exit status
         # is then not 0): read what is there so that the other GPUs are not lost with it.
         text = "\n".join(part for part in (out, err) if part)
+        if rc == 0:
+            # stderr may carry a failed GPU's line next to the good GPUs' rows; other stderr text is not data.
+            text = "\n".join([out] + [x for x in (err or "").splitlines() if _HANDLE_ERROR.search(x)])
         if rc == 0 or _HANDLE_ERROR.search(text or ""):
             try:
-                return parse(text if rc != 0 else "\n".join([out] + [x for x in (err or "").splitlines()
-                                                                        if _HANDLE_ERROR.search(x)]))
+                return parse(text)
             except NvidiaSmiError:
                 if rc == 0:
                     raise

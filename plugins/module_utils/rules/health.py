@@ -609,7 +609,7 @@ def check_vbios(facts, pol):
     by_model = {}
     for g in known:
         by_model.setdefault(g.get("name") or "?", {}).setdefault(g["vbios_version"], []).append(g["index"])
-    observed = {model: versions for model, versions in by_model.items()}
+    observed = dict(by_model)
     mixed = {model: versions for model, versions in by_model.items() if len(versions) > 1}
     expected = "one VBIOS version per GPU model"
     if mixed:
