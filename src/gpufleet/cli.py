@@ -18,8 +18,7 @@ __all__ = ["POLICY_LAYERS", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of every command (commands/: one module each). Needs the collection: --fail-on's choices are the
-    report schema's severities."""
+    """The parser of every command (commands/: one module each)."""
     parser = argparse.ArgumentParser(
         prog="gpufleet", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -16,6 +16,21 @@ def severities() -> tuple[str, ...]:
     return SEVERITIES
 
 
+class _FailOnChoices:
+    """--fail-on's choices: the report schema's severities, then "none". Read from the collection when argparse
+    first needs them (checking a value, showing a command's help), so that `gpufleet --version` works before the
+    collection is found."""
+
+    def _all(self) -> tuple[str, ...]:
+        return (*severities(), "none")
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._all()
+
+
 def seconds(text: str) -> int:
     try:
         value = int(text)
@@ -61,10 +76,11 @@ def fail_on(parser: argparse.ArgumentParser, afterwards: bool = False) -> None:
     parser.add_argument(
         "--fail-on",
         default="none",
-        choices=[*severities(), "none"],
+        choices=_FailOnChoices(),
+        metavar="SEVERITY",
         help="exit 1 when a finding "
         + ("still fails at or above this severity afterwards" if afterwards else "fails at or above this severity")
-        + " (default: %(default)s)",
+        + ": %(choices)s (default: %(default)s)",
     )
 
 
