@@ -167,3 +167,19 @@ def test_action_of_prefers_resolved_action_then_task_action():
         "gpufleet.tuning.rollback"
     )
     assert runner.action_of({}) is None
+
+
+def test_version_needs_no_collection_and_a_command_names_the_missing_one(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "GPUFLEET_COLLECTION": str(tmp_path)}  # not a collection: no galaxy.yml
+    version = subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli", "--version"], capture_output=True, text=True, env=env
+    )
+    assert version.returncode == 0 and version.stdout.startswith("gpufleet ")
+    audit_run = subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli", "audit", "--fail-on", "high"], capture_output=True, text=True, env=env
+    )
+    assert audit_run.returncode == 3 and "is not a collection" in audit_run.stderr
