@@ -6,6 +6,9 @@ from __future__ import annotations
 import ast
 import copy
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,10 +173,6 @@ def test_action_of_prefers_resolved_action_then_task_action():
 
 
 def test_version_needs_no_collection_and_a_command_names_the_missing_one(tmp_path):
-    import os
-    import subprocess
-    import sys
-
     env = {**os.environ, "GPUFLEET_COLLECTION": str(tmp_path)}  # not a collection: no galaxy.yml
     version = subprocess.run(
         [sys.executable, "-m", "gpufleet.cli", "--version"], capture_output=True, text=True, env=env
