@@ -43,7 +43,7 @@ def focus(value: Any, failing: dict[str, str]) -> dict[str, Any] | None:
     groups: dict[tuple[str, str], list[str]] = {}
     for key, kind, v in bad:
         groups.setdefault((kind, _compact(v)), []).append(key)
-    kinds = {kind for _, kind, _ in bad}
+    kinds = {entry[1] for entry in bad}
     kind = kinds.pop() if len(kinds) == 1 else ""
     others = [k for k in keys if k not in failing]
     word = DEVICE_WORDS.get(kind, ("device", "devices"))[0 if len(others) == 1 else 1]
