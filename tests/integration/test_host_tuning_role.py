@@ -4,11 +4,18 @@ owns (verified by re-running the audit on the same root), the second run changes
 from __future__ import annotations
 
 import hashlib
+import os
+import resource
+import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as pol_mod
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
 
 from gpufleet.runner import run_playbook
 
@@ -367,3 +374,130 @@ def test_memlock_reaches_the_job_daemons(tmp_path):
     hosts, changed = _run_fleet(tmp_path)
     assert [c for c in changed if c[1] != "Decisions"] == []
     assert hosts["running"][1]["restart_required"] == ["containerd.service"]  # still true, still not restarted
+
+
+LIVE_PLAY = """
+- name: Tune a live systemd host
+  hosts: all
+  gather_facts: false
+  roles:
+    - role: gpufleet.tuning.host_tuning
+  tasks:
+    - name: Read
+      gpufleet.tuning.host_info:
+        sample_seconds: 0
+        kernel_log: none
+      register: after
+    - name: Decisions
+      ansible.builtin.debug:
+        msg:
+          restart_required: "{{ host_tuning_restart_required }}"
+"""
+FAKE_CONTAINERD = """[Unit]
+Description=containerd stand-in (sleep, named containerd)
+[Service]
+ExecStart=/usr/local/bin/containerd infinity
+LimitMEMLOCK=2M
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+@pytest.fixture
+def systemd_container():
+    image = "localhost/gpufleet-debian12-systemd:current"
+    if not shutil.which("podman") or subprocess.run(["podman", "image", "exists", image]).returncode != 0:
+        pytest.skip(f"podman image {image} is not here")
+    name = f"gpufleet-h13-memlock-{os.getpid()}"
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    subprocess.run(
+        ["podman", "run", "-d", "--name", name, "--network", "none", "--ulimit", f"nofile={nofile}:{nofile}",
+         "--ulimit", "nproc=32768:32768", image, "/lib/systemd/systemd"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    try:
+        for _ in range(60):
+            state = subprocess.run(["podman", "exec", name, "systemctl", "is-system-running"], capture_output=True)
+            if state.stdout.strip() in (b"running", b"degraded"):
+                break
+            time.sleep(0.5)
+        subprocess.run(["podman", "exec", "-i", name, "sh", "-c", "cat > /lib/systemd/system/containerd.service"],
+                       input=FAKE_CONTAINERD.encode(), check=True)  # fmt: skip
+        subprocess.run(
+            ["podman", "exec", name, "sh", "-c",
+             "cp /bin/sleep /usr/local/bin/containerd && systemctl daemon-reload && systemctl start containerd"],
+            check=True,
+        )  # fmt: skip
+        yield name
+    finally:
+        subprocess.run(["podman", "rm", "-f", "-t", "1", name], capture_output=True)
+
+
+def _sh(name, command):
+    return subprocess.run(["podman", "exec", name, "sh", "-c", command], capture_output=True, text=True).stdout.strip()
+
+
+def test_memlock_dropin_and_restart_gate_on_a_live_systemd_host(systemd_container, tmp_path):
+    """The whole path on a real systemd (a container): host_info reads the unit and the running daemon's
+    /proc/<pid>/limits, the role writes the drop-in and reloads systemd but restarts nothing until
+    host_tuning_restart_ok; then the daemon runs with the policy's limit and the rule passes. The container's hard
+    memlock limit is 8 MiB (no CAP_SYS_RESOURCE to raise it), so the policy here asks for 4 MiB."""
+    name = systemd_container
+    inv = {
+        "all": {
+            "hosts": {
+                name: {
+                    "ansible_connection": "containers.podman.podman",
+                    "ansible_python_interpreter": "/usr/bin/python3",
+                    "gpufleet_policy": {"memory": {"min_memlock_kb": 4096}},
+                    **{
+                        f"host_tuning_{rule}_enabled": False
+                        for rule in ("host_mem_002", "host_mem_003", "host_mem_005", "host_cpu_001", "host_cpu_003",
+                                     "host_cpu_004")
+                    },
+                }
+            }
+        }
+    }  # fmt: skip
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
+    (tmp_path / "play.yml").write_text(LIVE_PLAY)
+    policy = pol_mod.validate({"memory": {"min_memlock_kb": 4096}}, known_rules=rules.BY_ID)
+
+    def run(restart_ok):
+        events = []
+        result = run_playbook(
+            str(tmp_path / "play.yml"),
+            str(tmp_path / "hosts.yml"),
+            extravars={"host_tuning_restart_ok": restart_ok},
+            on_event=events.append,
+        )
+        host = result.hosts[name]
+        assert host.status == "ok", host.message
+        changed = {
+            e["event_data"]["task"]
+            for e in events
+            if e.get("event") == "runner_on_ok" and (e["event_data"].get("res") or {}).get("changed")
+        }
+        facts = host.results["Read"]["host"]
+        finding = {f["rule"]: f for f in rules.evaluate({"host": facts}, policy)}["HOST-MEM-004"]
+        return finding, host.results["Decisions"]["msg"]["restart_required"], changed, facts
+
+    pid = _sh(name, "systemctl show -p MainPID --value containerd")
+    finding, restart, changed, facts = run(False)
+    assert MEMLOCK_TASK in changed
+    assert "LimitMEMLOCK=4096K" in _sh(name, f"cat /{DROPIN.format('containerd.service')}")
+    assert _sh(name, "systemctl show -p LimitMEMLOCK --value containerd") == str(4096 * 1024)  # reloaded
+    assert _sh(name, "systemctl show -p MainPID --value containerd") == pid  # not restarted
+    assert restart == ["containerd.service"]
+    svc = facts["memlock"]["services"][0]
+    assert svc["processes"][0]["pid"] == int(pid) and svc["processes"][0]["soft_kb"] == 2048
+    assert finding["status"] == "fail" and "restart containerd.service" in finding["message"], finding
+
+    finding, restart, changed, _ = run(True)
+    assert "Restart the job daemons for their new memlock limit (HOST-MEM-004)" in changed
+    assert _sh(name, "systemctl show -p MainPID --value containerd") != pid
+    assert "8388608" not in _sh(name, "grep locked /proc/$(systemctl show -p MainPID --value containerd)/limits")
+    assert restart == [] and finding["status"] == "pass", finding
+
+    _finding, _restart, changed, _ = run(True)
+    assert changed == set(), changed
