@@ -50,6 +50,11 @@ def runs(path: Path) -> list[tuple[str, bool, list[dict]]]:
     return list(order.values())
 
 
+def _task(name: str) -> str:
+    """A check-mode twin is named after the task it stands for plus " (check mode...)": pair them by that name."""
+    return name.split(" (check mode", 1)[0]
+
+
 def changes(records: list[dict], ignore: frozenset[str] = frozenset()) -> dict[tuple, object]:
     """(host, task, item) -> diff. A change that an earlier task of the same run already made (or, in check mode,
     already predicted: the same non-empty diff on the same host) counts once, at its first task: two roles that
@@ -65,7 +70,7 @@ def changes(records: list[dict], ignore: frozenset[str] = frozenset()) -> dict[t
             if same in seen:
                 continue
             seen.add(same)
-        out[(rec["host"], rec["task"], json.dumps(rec["item"], sort_keys=True))] = diff
+        out[(rec["host"], _task(rec["task"]), json.dumps(rec["item"], sort_keys=True))] = diff
     return out
 
 
@@ -77,7 +82,7 @@ def broken_promises(path: Path, playbook: str = "converge.yml", ignore: frozense
     if check is None or real is None:
         return [f"{path}: no check run and real run of {playbook} logged (is the callback enabled?)"]
     predicted, done = changes(check, ignore), changes(real, ignore)
-    check_recs = {(r["host"], r["task"], json.dumps(r["item"], sort_keys=True)): r for r in check}
+    check_recs = {(r["host"], _task(r["task"]), json.dumps(r["item"], sort_keys=True)): r for r in check}
     problems = [f"changed but not predicted: {k}" for k in sorted(done.keys() - predicted.keys())]
     problems += [f"predicted but not changed: {k}" for k in sorted(predicted.keys() - done.keys())]
     for key in sorted(predicted.keys() & done.keys()):
