@@ -58,7 +58,10 @@ def _read_nvidia_smi(module, binary, pynvml_error=None):
     try:
         version, gpus = nvidia_smi.collect(module, binary)
     except nvidia_smi.NvidiaSmiError as exc:
-        return {"available": False, "source": "nvidia-smi", "error": prefix + str(exc)}, {}, []
+        # nvidia-smi says "Failed to initialize NVML: Driver/library version mismatch" where nvmlInit returns
+        # NVML_ERROR_LIB_RM_VERSION_MISMATCH.
+        code = "LibRmVersionMismatch" if "version mismatch" in str(exc).lower() else None
+        return {"available": False, "source": "nvidia-smi", "error": prefix + str(exc), "error_code": code}, {}, []
     return ({"available": True, "source": "nvidia-smi", "error": None},
             {"version": version, "unsupported": {"nvml_version": "not available from nvidia-smi",
                                                  "cuda_driver_version": "not available from nvidia-smi"}},

@@ -158,3 +158,23 @@ def test_pci_scan_without_sysfs(tmp_path):
 )
 def test_sysfs_address(bus_id, address):
     assert pci.sysfs_address(bus_id) == address
+
+
+def test_nvidia_smi_version_mismatch_is_named(tmp_path):
+    """The nvidia-smi fallback: "Failed to initialize NVML: Driver/library version mismatch" is the same NVML error."""
+    from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'Failed to initialize NVML: Driver/library version mismatch'\nexit 18\n")
+    smi.chmod(0o755)
+
+    class Module:
+        def run_command(self, argv):
+            import subprocess
+
+            proc = subprocess.run(argv, capture_output=True, text=True)
+            return proc.returncode, proc.stdout, proc.stderr
+
+    status, driver, gpus = gpu._read_nvidia_smi(Module(), str(smi))
+    assert status["available"] is False and status["error_code"] == "LibRmVersionMismatch"
+    assert "version mismatch" in status["error"] and gpus == []
