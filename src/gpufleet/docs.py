@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import policy, rules
 
@@ -28,15 +29,46 @@ def catalog_markdown() -> str:
     return "\n".join(lines)
 
 
-def catalog_text() -> str:
+WIDTH = 100  # `gpufleet catalog` fits a terminal this wide (or the terminal, when narrower)
+INDENT = "    "
+
+
+def _fix_text(fix: dict) -> str:
+    """``_fix`` without Markdown: plain text for a terminal."""
+    return _fix(fix).replace("`", "")
+
+
+def _wrap(text: str, width: int, indent: str = INDENT, later: str | None = None) -> list[str]:
+    # URLs and paths are never broken: a word longer than the line gets a line of its own.
+    return textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=indent,
+        subsequent_indent=later if later is not None else indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
+def catalog_text(width: int = WIDTH) -> str:
+    """The rules as plain text, each line at most ``width`` columns (a URL longer than that stands alone on its
+    line, moved left as far as it takes): the id, area, severity and title, then the rationale, the fix and the
+    sources, indented."""
     out = []
     for r in rules.catalog():
-        out.append(f"{r['id']:<13} {r['area']:<9} {r['severity']:<9} {r['title']}")
-        out.append(f"{'':<33}{r['rationale']}")
-        out.append(f"{'':<33}fix: {_fix(r['fix'])}")
+        out.extend(_wrap(f"{r['id']:<13} {r['area']:<9} {r['severity']:<9} {r['title']}", width, "", " " * 34))
+        out.extend(_wrap(r["rationale"], width))
+        out.extend(_wrap(f"fix: {_fix_text(r['fix'])}", width, INDENT, INDENT + "     "))
         for ref in r["references"]:
-            out.append(f"{'':<33}source: {ref['title']} <{ref['url']}>")
-    return "\n".join(out)
+            line = f"{INDENT}source: {ref['title']} <{ref['url']}>"
+            if len(line) <= width:
+                out.append(line)
+            else:
+                out.extend(_wrap(f"source: {ref['title']}", width, INDENT, INDENT + "        "))
+                url = f"<{ref['url']}>"
+                out.append(" " * max(0, min(len(INDENT) + 8, width - len(url))) + url)
+        out.append("")
+    return "\n".join(out).rstrip("\n")
 
 
 def policy_markdown() -> str:

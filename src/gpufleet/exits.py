@@ -20,19 +20,33 @@ class UsageError(Exception):
     """Bad input found before any host is touched (`gpufleet` prints it and exits 3)."""
 
 
-def for_report(report: dict[str, Any], fail_on: str) -> int:
-    """EXIT_HOSTS when a host was not audited, else EXIT_FINDINGS when a finding fails at or above ``fail_on`` (a
-    severity of the report schema, or ``none``), else EXIT_OK. The collection must be importable
-    (``paths.import_collection``)."""
+def explain(report: dict[str, Any], fail_on: str) -> tuple[int, str | None]:
+    """The exit code of a report and why, for a person: ``(EXIT_HOSTS, "exit 2: 1 host not audited (unreachable:
+    1)")`` when a host was not audited, else ``(EXIT_FINDINGS, "exit 1: 3 findings at or above high")`` when
+    findings fail at or above ``fail_on`` (a severity of the report schema, or ``none``), else ``(EXIT_OK, None)``.
+    The collection must be importable (``paths.import_collection``)."""
     from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import schema
 
     hosts = report["summary"]["hosts"]
-    if any(hosts.get(status) for status in schema.DOWN_STATUSES):
-        return EXIT_HOSTS
+    down = {status: hosts.get(status) for status in schema.DOWN_STATUSES if hosts.get(status)}
+    if down:
+        count = sum(down.values())
+        detail = ", ".join(f"{status}: {n}" for status, n in down.items())
+        return EXIT_HOSTS, f"exit {EXIT_HOSTS}: {count} host{'s' if count != 1 else ''} not audited ({detail})"
     if fail_on != "none":
         worst = schema.severity_rank(fail_on)
-        for h in report["hosts"].values():
-            for f in h["findings"]:
-                if f["status"] == "fail" and schema.severity_rank(f["severity"]) <= worst:
-                    return EXIT_FINDINGS
-    return EXIT_OK
+        failing = sum(
+            1
+            for h in report["hosts"].values()
+            for f in h["findings"]
+            if f["status"] == "fail" and schema.severity_rank(f["severity"]) <= worst
+        )
+        if failing:
+            noun = "finding" if failing == 1 else "findings"
+            return EXIT_FINDINGS, f"exit {EXIT_FINDINGS}: {failing} {noun} at or above {fail_on} (--fail-on {fail_on})"
+    return EXIT_OK, None
+
+
+def for_report(report: dict[str, Any], fail_on: str) -> int:
+    """``explain``'s exit code alone."""
+    return explain(report, fail_on)[0]

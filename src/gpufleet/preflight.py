@@ -37,8 +37,11 @@ def load_policy_file(path: str | None) -> dict[str, Any]:
     return data
 
 
-def inventory_hosts(inventory: str, limit: str | None, overrides: dict[str, Any], policy_file: str | None) -> list[str]:
-    """Hosts the run will touch, with each host's policy validated before anything runs."""
+def inventory_hosts(
+    inventory: str | list[str], limit: str | None, overrides: dict[str, Any], policy_file: str | None
+) -> list[str]:
+    """Hosts the run will touch, with each host's policy validated before anything runs. ``inventory``: one
+    inventory or several, merged as ansible-playbook merges repeated -i."""
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar
@@ -46,15 +49,18 @@ def inventory_hosts(inventory: str, limit: str | None, overrides: dict[str, Any]
     from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as policy_mod
     from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
 
-    if not Path(inventory).exists():
-        raise UsageError(f"inventory not found: {inventory}")
+    sources = [inventory] if isinstance(inventory, str) else list(inventory)
+    for source in sources:
+        if not Path(source).exists():
+            raise UsageError(f"inventory not found: {source}")
     loader = DataLoader()
-    inv = InventoryManager(loader=loader, sources=[inventory])
+    inv = InventoryManager(loader=loader, sources=sources)
     if limit:
         inv.subset(limit)
     hosts = inv.get_hosts(pattern="all")
     if not hosts:
-        raise UsageError(f"no host matches inventory {inventory}" + (f" with --limit {limit}" if limit else ""))
+        with_limit = f" with --limit {limit}" if limit else ""
+        raise UsageError(f"no host matches inventory {', '.join(sources)}{with_limit}")
     try:
         policy_mod.validate(overrides, known_rules=rules.BY_ID)
     except policy_mod.PolicyError as exc:

@@ -132,7 +132,7 @@ def _clean(res: dict[str, Any]) -> dict[str, Any]:
 
 def run_playbook(
     playbook: str,
-    inventory: str,
+    inventory: str | list[str],
     limit: str | None = None,
     extravars: dict[str, Any] | None = None,
     forks: int | None = None,
@@ -143,7 +143,8 @@ def run_playbook(
     check: bool = False,
     diff: bool = False,
 ) -> RunResult:
-    """Run ``playbook`` (a name under the collection's ``playbooks/``, or a path) against ``inventory``.
+    """Run ``playbook`` (a name under the collection's ``playbooks/``, or a path) against ``inventory`` (one
+    inventory, or several merged: each is passed to ansible-playbook as its own -i, as repeated -i are).
 
     A host's result for a task that registered with ``ignore_errors``/``ignore_unreachable`` is kept (under the
     task's action and its name) even when it failed; the host's status says how it fared.
@@ -154,9 +155,11 @@ def run_playbook(
     playbook_path = Path(playbook) if os.sep in playbook else root / "playbooks" / playbook
     if not playbook_path.is_file():
         raise FileNotFoundError(f"playbook not found: {playbook_path}")
-    inventory_path = Path(inventory).resolve()
-    if not inventory_path.exists():
-        raise FileNotFoundError(f"inventory not found: {inventory}")
+    inventory_paths = []
+    for source in [inventory] if isinstance(inventory, str) else inventory:
+        if not Path(source).exists():
+            raise FileNotFoundError(f"inventory not found: {source}")
+        inventory_paths.append(str(Path(source).resolve()))
 
     hosts: dict[str, HostResult] = {}
     events: list[dict[str, Any]] = []
@@ -216,7 +219,7 @@ def run_playbook(
             r = ansible_runner.run(
                 private_data_dir=str(workdir / "runner"),
                 playbook=str(playbook_path),
-                inventory=str(inventory_path),
+                inventory=inventory_paths,  # ansible-runner passes each source as its own -i
                 envvars=envvars,
                 extravars=extravars or {},
                 cmdline=shlex.join(cmdline) if cmdline else None,

@@ -157,8 +157,8 @@ def test_progress_follows_the_audit_module_whatever_the_task_is_called():
     progress(_event("runner_on_ok", "Audit GPU, host and network state", "ansible.builtin.debug", {}, "h2"))
     progress(_event("runner_on_failed", "Renamed", "gpufleet.tuning.audit", {"failed": True, "timedout": {}}, "h2"))
     text = "".join(lines)
-    assert "[1/2] h1: 1 fail, 1 warn (failures so far: 0)" in text
-    assert "[2/2] h2: FAILED (failures so far: 1)" in text
+    assert "[1/2] h1: 1 fail, 1 warn (failed hosts so far: 0)" in text
+    assert "[2/2] h2: FAILED (failed hosts so far: 1)" in text
     assert progress.done == 2
 
 

@@ -19,7 +19,7 @@ def test_changing_commands_require_an_inventory(command, capsys):
 
 def test_audit_keeps_its_default_inventory():
     args = cli.build_parser().parse_args(["audit"])
-    assert args.inventory.endswith("inventories/local/hosts.yml")
+    assert len(args.inventory) == 1 and args.inventory[0].endswith("inventories/local/hosts.yml")
 
 
 def _report(run_id, findings):

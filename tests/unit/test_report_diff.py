@@ -39,10 +39,11 @@ def new(old):
 
 def test_same_report_has_no_changes(old):
     d = diff_reports(old, old)
-    assert d["totals"] == {"fixed": 0, "new": 0, "unchanged": 11, "unverified": 0}
+    assert d["totals"] == {"fixed": 0, "new": 0, "unchanged": 11, "unverified": 0, "policy": 0}
     assert d["only_old"] == d["only_new"] == []
     assert d["hosts"][A100]["unchanged"] == sorted(
-        f["rule"] for f in old["hosts"][A100]["findings"] if f["status"] in ("fail", "warn"))
+        f["rule"] for f in old["hosts"][A100]["findings"] if f["status"] in ("fail", "warn")
+    )
 
 
 def test_fixed_new_unchanged(old, new):
@@ -53,14 +54,26 @@ def test_fixed_new_unchanged(old, new):
     assert h["unverified"] == ["GPU-PWR-001", "SW-FM-001"]  # skipped now / not run now: not claimed fixed
     assert "SW-CUDA-001" in h["unchanged"] and "HOST-MEM-002" not in h["unchanged"]
     assert len(h["unchanged"]) == 11 - 2 - 2
-    assert h["rules"]["SW-CUDA-001"] == {"title": "CUDA toolkit newer than the driver supports",
-                                         "area": "software", "severity": "high", "old": "fail", "new": "warn"}
+    assert h["rules"]["SW-CUDA-001"] == {
+        "title": "CUDA toolkit newer than the driver supports",
+        "area": "software",
+        "severity": "high",
+        "old": "fail",
+        "new": "warn",
+    }
     assert h["rules"]["SW-FM-001"]["new"] is None
-    assert d["hosts"]["iad-h100-03"] == {"fixed": [], "new": [], "unchanged": [], "unverified": [],
-                                          "status": {"old": "ok", "new": "ok"}, "rules": {}}
+    assert d["hosts"]["iad-h100-03"] == {
+        "fixed": [],
+        "new": [],
+        "unchanged": [],
+        "unverified": [],
+        "policy": [],
+        "status": {"old": "ok", "new": "ok"},
+        "rules": {},
+    }
     assert d["only_old"] == ["sg-l40s-03"]
     assert d["only_new"] == ["iad-h100-04"]
-    assert d["totals"] == {"fixed": 2, "new": 1, "unchanged": 7, "unverified": 2}
+    assert d["totals"] == {"fixed": 2, "new": 1, "unchanged": 7, "unverified": 2, "policy": 0}
     assert d["runs"] == {"old": "6f0d3c1e-8a52-4e8b-9d0a-2b7c41f5e9a3", "new": "7a1e4b2c-0000-4000-8000-000000000002"}
 
 
@@ -88,8 +101,7 @@ def test_render_diff(old, new):
     assert any(line.split()[:2] == ["fixed", "HOST-MEM-002"] and line.endswith("[fail -> pass]") for line in lines)
     assert any(line.split()[:2] == ["fixed", "HOST-HLT-002"] and line.endswith("[warn -> pass]") for line in lines)
     assert any(line.split()[:3] == ["new", "GPU-HLT-001", "critical"] for line in lines)
-    assert any(line.split()[:2] == ["unverified", "SW-FM-001"] and line.endswith("[fail -> absent]")
-               for line in lines)
+    assert any(line.split()[:2] == ["unverified", "SW-FM-001"] and line.endswith("[fail -> absent]") for line in lines)
     assert "only in the old report: sg-l40s-03" in lines
     assert "only in the new report: iad-h100-04" in lines
     assert "iad-h100-03" not in text  # nothing changed there
@@ -102,3 +114,30 @@ def test_render_diff_escapes_control_characters(old):
     text = render_diff(diff_reports(old, new))
     assert "\x1b" not in text
     assert "only in the new report: evil\\x1b[2J\\nhost" in text
+
+
+def test_a_finding_gone_because_the_policy_changed_is_not_fixed(old):
+    """HOST-MEM-002 passes in the new run only because its target moved (<= 10 -> <= 60): a policy change, not a
+    fix. The old diff counted it as fixed."""
+    new = copy.deepcopy(old)
+    finding = next(f for f in new["hosts"][A100]["findings"] if f["rule"] == "HOST-MEM-002")
+    was = finding["expected"]
+    finding.update(status="pass", expected="<= 60")
+    new["run"]["policy_sources"] = ["/etc/gpufleet/relaxed.yml"]
+    d = diff_reports(old, new)
+    h = d["hosts"][A100]
+    assert "HOST-MEM-002" not in h["fixed"] and h["policy"] == ["HOST-MEM-002"]
+    assert h["rules"]["HOST-MEM-002"]["expected"] == {"old": was, "new": "<= 60"}
+    assert d["totals"]["fixed"] == 0 and d["totals"]["policy"] == 1
+    assert d["policy_sources"] == {"old": old["run"]["policy_sources"], "new": ["/etc/gpufleet/relaxed.yml"]}
+    text = render_diff(d)
+    assert "0 fixed" in text and "1 passes under the new policy" in text
+    assert "different policy files" in text and "relaxed.yml" in text
+    assert f"policy: expected {was} -> <= 60" in text
+
+
+def test_same_policy_says_nothing_about_policies(old, new):
+    d = diff_reports(old, new)
+    assert d["policy_sources"] is None
+    text = render_diff(d)
+    assert "policy files" not in text and "policy changed" not in text and "policy:" not in text

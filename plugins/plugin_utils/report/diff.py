@@ -10,7 +10,13 @@ A finding is a rule whose status is fail or warn. For a host in both reports:
 - ``unchanged``: a finding in both (its status or severity may differ: see ``rules``);
 - ``unverified``: a finding in the old report that the new one cannot confirm either way: the host was not
   audited this time (unreachable, failed), or the rule was skipped, errored or did not run. These are not
-  counted as fixed.
+  counted as fixed;
+- ``policy``: a finding in the old report whose rule now passes against a different target (the finding's
+  ``expected`` changed: the policy changed, not the host). Not counted as fixed either.
+
+Policies: a report records the --policy files of its run (``run.policy_sources``) and, in every finding, the
+target the policy set (``expected``). Different policy files, or a rule judged against a different target, are
+listed (``policy_changes``), so that a finding that went away because the policy changed is not called fixed.
 """
 
 from __future__ import annotations
@@ -20,7 +26,11 @@ from typing import Any
 from . import schema
 from .terminal import clean
 
-BUCKETS = ("fixed", "new", "unchanged", "unverified")
+BUCKETS = ("fixed", "new", "unchanged", "unverified", "policy")
+
+
+LABELS = {b: b for b in BUCKETS}
+LABELS["policy"] = "passes under the new policy"
 
 
 def _results(host: Any) -> dict[str, dict]:
@@ -38,8 +48,9 @@ def diff_reports(old: dict, new: dict) -> dict[str, Any]:
                           "status": {"old": str, "new": str},
                           "rules": {rule id: {"title", "area", "severity", "old", "new"}}}},
          "only_old": [host names], "only_new": [host names],
-         "totals": {"fixed": n, "new": n, "unchanged": n, "unverified": n},
-         "runs": {"old": run id, "new": run id}}
+         "totals": {"fixed": n, "new": n, "unchanged": n, "unverified": n, "policy": n},
+         "runs": {"old": run id, "new": run id},
+         "policy_sources": {"old": [paths], "new": [paths]} or None when the same}
 
     Rule id lists are sorted; ``rules`` describes each listed rule (``old``/``new``: its status in each report,
     None where absent), taking title, area and severity from the new report where it has the rule.
@@ -56,6 +67,8 @@ def diff_reports(old: dict, new: dict) -> dict[str, Any]:
             "new": (new.get("run") or {}).get("id") if isinstance(new.get("run"), dict) else None,
         },
     }
+    sources = [_policy_sources(old), _policy_sources(new)]
+    result["policy_sources"] = None if sources[0] == sources[1] else {"old": sources[0], "new": sources[1]}
     for name in sorted(set(old_hosts) & set(new_hosts)):
         result["hosts"][name] = diff_host(old_hosts[name], new_hosts[name])
         for bucket in BUCKETS:
@@ -63,11 +76,26 @@ def diff_reports(old: dict, new: dict) -> dict[str, Any]:
     return result
 
 
+def _policy_sources(report: dict) -> list:
+    run = report.get("run") if isinstance(report.get("run"), dict) else {}
+    return list(run.get("policy_sources") or [])
+
+
+def _target_changed(was: dict | None, now: dict | None) -> bool:
+    """Both results name a target (``expected``) and the targets differ: the rule was judged by another policy."""
+    if not was or not now:
+        return False
+    old, new = was.get("expected"), now.get("expected")
+    return old is not None and new is not None and old != new
+
+
 def diff_host(old_host: Any, new_host: Any) -> dict[str, Any]:
     """One host's findings in two reports (``hosts[name]`` of each): ``{"fixed": [rule ids], "new": [...],
-    "unchanged": [...], "unverified": [...], "status": {"old", "new"}, "rules": {rule id: {...}}}``, as in
-    ``diff_reports``. ``fixed`` means the rule passed in the new report of a host audited there (status ok); a
-    rule skipped, errored or absent there is ``unverified``. Also what ``gpufleet remediate`` reports per host."""
+    "unchanged": [...], "unverified": [...], "policy": [...], "status": {"old", "new"}, "rules": {rule id:
+    {...}}}``, as in ``diff_reports``. ``fixed`` means the rule passed, against the same target, in the new report
+    of a host audited there (status ok); a rule skipped, errored or absent there is ``unverified``; one that passes
+    against another target is ``policy``. Each rule whose target changed has ``expected: {"old", "new"}`` in
+    ``rules``. Also what ``gpufleet remediate`` reports per host."""
     before, after = _results(old_host), _results(new_host)
     new_audited = _status(new_host) == "ok"
     buckets: dict[str, list[str]] = {b: [] for b in BUCKETS}
@@ -80,7 +108,7 @@ def diff_host(old_host: Any, new_host: Any) -> dict[str, Any]:
             buckets["new"].append(rule)
         elif was:
             if new_audited and rule in after and after[rule].get("status") == "pass":
-                buckets["fixed"].append(rule)
+                buckets["policy" if _target_changed(before[rule], after[rule]) else "fixed"].append(rule)
             else:
                 buckets["unverified"].append(rule)
     rules = {}
@@ -94,6 +122,8 @@ def diff_host(old_host: Any, new_host: Any) -> dict[str, Any]:
                 "old": before[rule].get("status") if rule in before else None,
                 "new": after[rule].get("status") if rule in after else None,
             }
+            if _target_changed(before.get(rule), after.get(rule)):
+                rules[rule]["expected"] = {"old": before[rule]["expected"], "new": after[rule]["expected"]}
     return {**buckets, "status": {"old": _status(old_host), "new": _status(new_host)}, "rules": rules}
 
 
@@ -106,7 +136,23 @@ def render_diff(d: dict) -> str:
     if runs.get("old") or runs.get("new"):
         head += f"  {clean(runs.get('old') or '?')} -> {clean(runs.get('new') or '?')}"
     out.append(head)
-    out.append(", ".join(f"{totals.get(b, 0)} {b}" for b in BUCKETS))
+    # The policy bucket is shown only when a finding is in it (it is empty when both runs used the same policy).
+    out.append(", ".join(f"{totals.get(b, 0)} {LABELS[b]}" for b in BUCKETS if b != "policy" or totals.get(b)))
+    sources = d.get("policy_sources")
+    if sources:
+        out.append(
+            "the runs used different policy files: "
+            f"{', '.join(clean(s) for s in sources['old']) or 'none'} -> "
+            f"{', '.join(clean(s) for s in sources['new']) or 'none'} (a finding gone for that is not fixed)"
+        )
+    retargeted = sum(
+        1 for h in (d.get("hosts") or {}).values() for r in (h.get("rules") or {}).values() if r.get("expected")
+    )
+    if retargeted:
+        out.append(
+            f"the policy changed between the runs: {retargeted} finding(s) judged against another target "
+            "(marked 'policy:'; those that now pass are counted as 'passes under the new policy', not fixed)"
+        )
     for name, h in sorted((d.get("hosts") or {}).items()):
         if not any(h.get(b) for b in BUCKETS) and h["status"]["old"] == h["status"]["new"]:
             continue
@@ -119,8 +165,15 @@ def render_diff(d: dict) -> str:
             for rule in h.get(bucket, []):
                 r = h["rules"].get(rule, {})
                 change = f"  [{clean(r.get('old') or 'absent')} -> {clean(r.get('new') or 'absent')}]"
-                out.append(f"  {bucket:<10} {clean(rule):<12} {clean(r.get('severity') or ''):<8} "
-                           f"{clean(r.get('area') or ''):<9} {clean(r.get('title') or '')}{change}")
+                out.append(
+                    f"  {bucket:<10} {clean(rule):<12} {clean(r.get('severity') or ''):<8} "
+                    f"{clean(r.get('area') or ''):<9} {clean(r.get('title') or '')}{change}"
+                )
+                if r.get("expected"):
+                    out.append(
+                        f"  {'':<10} policy: expected {clean(schema.format_value(r['expected']['old']))} "
+                        f"-> {clean(schema.format_value(r['expected']['new']))}"
+                    )
     if d.get("only_old"):
         out.append("")
         out.append("only in the old report: " + ", ".join(clean(n) for n in d["only_old"]))

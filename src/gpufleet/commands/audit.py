@@ -22,7 +22,19 @@ REPORT_ACTION = "gpufleet.tuning.audit_report"  # run once on the controller: it
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("audit", help="audit every host (read-only) and write reports")
+    parser = options.command(
+        sub,
+        "audit",
+        help="audit every host (read-only) and write reports",
+        description="Audit every host of the inventory against the rule catalog and the policy, changing nothing. "
+        "Writes report.json, report.html, JUnit XML and Prometheus metrics under --out/<run> (and --out/latest) "
+        "and prints a summary.",
+        examples="""
+  gpufleet audit                                         # this machine (inventories/local)
+  gpufleet audit -i inventories/prod -i inventories/lab -l gpu_a100 --policy site-policy.yml
+  gpufleet audit -i inventories/prod --fail-on high      # exit 1 when a high or critical finding fails
+""",
+    )
     options.fleet(parser)
     options.out(parser)
     options.fail_on(parser)
@@ -32,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 class Progress:
-    """Hosts done/total and failures so far, on stderr (or ``stream``), from the audit module's events."""
+    """Hosts done/total and failed hosts so far (unreachable, failed or timed out), on stderr (or ``stream``), from
+    the audit module's events. A stream that stops taking lines (a closed pipe) ends the progress, not the audit."""
 
     def __init__(self, total: int, stream=None):
         self.total = total
@@ -58,11 +71,12 @@ class Progress:
         else:
             statuses = [f.get("status") for f in res.get("findings") or []]
             what = f"{statuses.count('fail')} fail, {statuses.count('warn')} warn"
-        print(
-            f"[{self.done}/{self.total}] {data.get('host')}: {what} (failures so far: {self.failed})",
-            file=self.stream or sys.stderr,
-            flush=True,
-        )
+        line = f"[{self.done}/{self.total}] {data.get('host')}: {what} (failed hosts so far: {self.failed})"
+        if self.stream is not False:
+            try:
+                print(line, file=self.stream or sys.stderr, flush=True)
+            except (BrokenPipeError, ValueError):  # stderr's reader went away (or was closed): carry on quietly
+                self.stream = False
 
 
 def partial_report(args: argparse.Namespace, out: Path, result, host_names: list[str], started_at: str) -> dict:
@@ -79,7 +93,7 @@ def partial_report(args: argparse.Namespace, out: Path, result, host_names: list
     report = fleet.build_report(
         results,
         started_at=started_at,
-        inventory=str(Path(args.inventory).resolve()),
+        inventory=", ".join(str(Path(i).resolve()) for i in args.inventory),
         limit=args.limit,
         policy_sources=[str(Path(args.policy).resolve())] if args.policy else [],
         complete=False,
@@ -111,7 +125,7 @@ def run_audit(
     if getattr(args, "host_timeout", None):
         extravars["gpufleet_host_timeout"] = args.host_timeout
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    print(f"gpufleet: {label} {len(host_names)} host(s) from {args.inventory}", file=sys.stderr)
+    print(f"gpufleet: {label} {len(host_names)} host(s) from {options.shown(args.inventory)}", file=sys.stderr)
     result = run_playbook(
         playbook,
         args.inventory,
@@ -146,10 +160,10 @@ def run(args: argparse.Namespace) -> int:
     if report is None:
         return exits.EXIT_HOSTS
     files = report.pop("_files")
-    print(terminal.render_terminal(report, color=sys.stdout.isatty()))
+    print(terminal.render_terminal(report, color=options.use_color(sys.stdout)))
     for kind, path in sorted(files.items()):
         print(f"{kind:>10}: {path}")
     if interrupted:
         print(f"gpufleet: interrupted by {interrupted}; the report above is partial", file=sys.stderr)
         return exits.EXIT_INTERRUPTED
-    return exits.for_report(report, args.fail_on)
+    return options.exit_with_reason(report, args.fail_on)

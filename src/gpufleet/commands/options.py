@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from typing import Any
 
-from gpufleet import paths
+from gpufleet import exits, paths
 from gpufleet.preflight import default_inventory
 
 
@@ -41,21 +44,64 @@ def seconds(text: str) -> int:
     return value
 
 
+def positive(text: str) -> int:
+    """A whole number of at least 1 (--forks)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+class Inventories(argparse.Action):
+    """-i may be repeated, as with ansible-playbook: the inventories are merged (each is passed on as its own -i).
+    The first -i replaces the default instead of adding to it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        current = getattr(namespace, self.dest, None)
+        if current is None or current is self.default:
+            current = []
+        setattr(namespace, self.dest, [*current, values])
+
+
 def inventory(parser: argparse.ArgumentParser, required: bool = False) -> None:
-    """-i/--inventory. Commands that change hosts (remediate, rollback) take no default: a bare command must never
-    tune the machine it runs on."""
+    """-i/--inventory, repeatable (``args.inventory`` is a list). Commands that change hosts (remediate, rollback)
+    take no default: a bare command must never tune the machine it runs on."""
     if required:
         parser.add_argument(
             "-i",
             "--inventory",
+            action=Inventories,
             required=True,
-            help="Ansible inventory of the hosts to change (required: there is no default, so a bare command never "
-            "tunes the machine it runs on)",
+            metavar="INVENTORY",
+            help="Ansible inventory of the hosts to change; repeat to merge several, as with ansible-playbook "
+            "(required: there is no default, so a bare command never tunes the machine it runs on)",
         )
     else:
         parser.add_argument(
-            "-i", "--inventory", default=default_inventory(), help="Ansible inventory (default: %(default)s)"
+            "-i",
+            "--inventory",
+            action=Inventories,
+            default=[default_inventory()],
+            metavar="INVENTORY",
+            help="Ansible inventory; repeat to merge several, as with ansible-playbook (default: "
+            + default_inventory()
+            + ")",
         )
+
+
+def shown(inventories: list[str]) -> str:
+    """The inventories as a person reads them (progress lines)."""
+    return ", ".join(inventories)
+
+
+def as_options(inventories: list[str]) -> str:
+    """The inventories as -i options to copy into a command line (the rollback hint)."""
+    import shlex
+
+    return " ".join(f"-i {shlex.quote(i)}" for i in inventories)
 
 
 def fleet(parser: argparse.ArgumentParser, policy: bool = True, inventory_required: bool = False) -> None:
@@ -85,7 +131,9 @@ def fail_on(parser: argparse.ArgumentParser, afterwards: bool = False) -> None:
 
 
 def forks(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-f", "--forks", type=int, help="hosts worked on in parallel (default: ansible.cfg)")
+    parser.add_argument(
+        "-f", "--forks", type=positive, help="hosts worked on in parallel, at least 1 (default: ansible.cfg)"
+    )
 
 
 def host_timeout(parser: argparse.ArgumentParser) -> None:
@@ -101,3 +149,38 @@ def host_timeout(parser: argparse.ArgumentParser) -> None:
 def check(parser: argparse.ArgumentParser, would: str) -> None:
     """--check: change nothing; say ``would`` (what would change, what would be restored)."""
     parser.add_argument("--check", action="store_true", help=f"change nothing; say {would}")
+
+
+def use_color(stream) -> bool:
+    """ANSI colours only on a terminal, and never with NO_COLOR set to anything but "" (https://no-color.org)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def exit_with_reason(report: dict[str, Any], fail_on: str, when: str = "") -> int:
+    """The report's exit code (exits.explain), saying on stderr why it is not 0."""
+    code, reason = exits.explain(report, fail_on)
+    if reason:
+        print(f"gpufleet: {reason}" + (f" {when}" if when else ""), file=sys.stderr)
+    return code
+
+
+def command(sub: argparse._SubParsersAction, name: str, help: str, description: str, examples: str):
+    """A sub-command whose --help has a description and examples (the epilog), exit codes included."""
+    return sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog="examples:\n" + examples.strip("\n") + "\n\n" + EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+EXIT_CODES = (
+    "exit codes: 0 clean, 1 findings at or above --fail-on, 2 hosts not audited or failed, 3 usage error, "
+    "130 interrupted"
+)

@@ -22,7 +22,18 @@ PLAYBOOK = "remediate.yml"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("remediate", help="fix findings (roles by area and rule-id tags), audit before and after")
+    parser = options.command(
+        sub,
+        "remediate",
+        help="fix findings (roles by area and rule-id tags), audit before and after",
+        description="Audit, run the remediation roles (playbooks/remediate.yml), audit again, and say per host what "
+        "was fixed, what still fails and why. Every change is recorded for `gpufleet rollback`.",
+        examples="""
+  gpufleet remediate -i inventories/prod --check --diff     # what would change, changing nothing
+  gpufleet remediate -i inventories/prod -l gpu01 --tags memory,HOST-CPU-001
+  gpufleet remediate -i inventories/prod --fail-on high     # exit 1 when high findings still fail afterwards
+""",
+    )
     options.fleet(parser, inventory_required=True)
     parser.add_argument("--tags", help="areas (memory,cpu,network,power,gpu,host) or rule ids (GPU-PWR-001,...)")
     options.check(parser, "what would change")
@@ -154,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
             print(render_remediation(summary))
         print(f"gpufleet: interrupted by {signame} during {stage}; partial report: {path}", file=sys.stderr)
         if stage != "audit-before":
-            print(f"undo what changed: gpufleet rollback --run {run_id} -i {args.inventory}", file=sys.stderr)
+            undo = f"gpufleet rollback --run {run_id} {options.as_options(args.inventory)}"
+            print(f"undo what changed: {undo}", file=sys.stderr)
         return exits.EXIT_INTERRUPTED
 
     before, interrupted = run_audit(args, out / "before", overrides, host_names, "auditing (before)")
@@ -222,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
     print(render_remediation(summary))
     for name, message in sorted(failed.items()):
         print(f"{name}: remediation FAILED: {message}")
-    print(f"before/after report: {path}  (undo: gpufleet rollback --run {run_id} -i {args.inventory})")
+    print(f"before/after report: {path}  (undo: gpufleet rollback --run {run_id} {options.as_options(args.inventory)})")
     if failed or after is None and not args.check:
         return exits.EXIT_HOSTS
-    return exits.for_report(after, args.fail_on) if after else exits.EXIT_OK
+    return options.exit_with_reason(after, args.fail_on, "afterwards") if after else exits.EXIT_OK

@@ -18,7 +18,17 @@ ROLLBACK_ACTION = "gpufleet.tuning.rollback"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("rollback", help="restore what a remediation run changed")
+    parser = options.command(
+        sub,
+        "rollback",
+        help="restore what a remediation run changed",
+        description="Restore, on each host, the values a remediation run changed (its record under "
+        "/var/lib/gpufleet/rollback/<run id>.json).",
+        examples="""
+  gpufleet rollback -i inventories/prod --run 20261201T141330Z --check   # what would be restored
+  gpufleet rollback -i inventories/prod -l gpu01                          # undo the newest run on gpu01
+""",
+    )
     options.fleet(parser, policy=False, inventory_required=True)
     parser.add_argument("--run", help="remediation run id (default: the newest on each host)")
     options.check(parser, "what would be restored")
