@@ -163,7 +163,7 @@ def check_rings(facts, pol):
         }
         if ev["allowance"]:
             observed[n["name"]]["allowance_exceeded"] = ev["allowance"]
-            shaped.append("%s %s" % (n["name"], ", ".join("%s +%d" % kv for kv in sorted(ev["allowance"].items()))))
+            shaped.append((n["name"], ", ".join("%s +%d" % kv for kv in sorted(ev["allowance"].items()))))
         if ev["other"]:
             observed[n["name"]]["other_drops"] = ev["other"]
             other.append("%s %s" % (n["name"], ", ".join("%s +%d" % kv for kv in sorted(ev["other"].items()))))
@@ -181,7 +181,7 @@ def check_rings(facts, pol):
         extra += "; other NIC drops (port buffer or PCIe, not the ring): %s" % "; ".join(other)
     if shaped:
         extra += "; the cloud shaped traffic over the instance's allowance (its limits, not rings): %s" % "; ".join(
-            shaped
+            "%s %s" % pair for pair in shaped
         )
     if failing:
         detail = "; ".join(
@@ -213,7 +213,7 @@ def check_rings(facts, pol):
             observed,
             expected,
             "no ring drops%s" % extra,
-            items=[{"nic": s.split(" ")[0]} for s in shaped],
+            items=[{"nic": name, "allowance_exceeded": counters} for name, counters in shaped],
             severity="info",
         )
     return result("pass", observed, expected, "no receive-ring drops%s" % extra)
