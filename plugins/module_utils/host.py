@@ -429,15 +429,17 @@ def read_hugepages(unsupported, meminfo):
     }
 
 
-# The daemons GPU jobs run under, as (systemd unit, process name): a job inherits RLIMIT_MEMLOCK from the daemon that
-# starts it (Slurm FAQ "memlock": slurmd's limit caps jobs; containers inherit the runtime's limit unless the runtime
-# sets one), and pam_limits never reaches a service started by systemd (its limit is LimitMEMLOCK=, systemd.exec(5)).
+# The daemons GPU jobs run under, as (systemd unit, process name, starts jobs): a job inherits RLIMIT_MEMLOCK from
+# the daemon that starts it (Slurm FAQ "memlock": slurmd's limit caps jobs; containers inherit the runtime's limit
+# unless the runtime sets one), and pam_limits never reaches a service started by systemd (its limit is
+# LimitMEMLOCK=, systemd.exec(5)). kubelet is read but starts no job itself: pods run under the CRI runtime
+# (containerd, CRI-O), whose limit is the one they get.
 JOB_SERVICES = (
-    ("slurmd.service", "slurmd"),
-    ("kubelet.service", "kubelet"),
-    ("containerd.service", "containerd"),
-    ("docker.service", "dockerd"),
-    ("crio.service", "crio"),
+    ("slurmd.service", "slurmd", True),
+    ("kubelet.service", "kubelet", False),
+    ("containerd.service", "containerd", True),
+    ("docker.service", "dockerd", True),
+    ("crio.service", "crio", True),
 )
 # systemd's unit search path for system units, highest priority first (systemd.unit(5)); /lib for split-usr systems.
 UNIT_DIRS = (
@@ -549,7 +551,7 @@ def _proc_caps(text):
 def read_job_services(fs):
     """The job-running daemons present (unit installed or process running), each with its unit's LimitMEMLOCK and
     the limits of its running processes (/proc/<pid>/limits)."""
-    names = dict((proc, unit) for unit, proc in JOB_SERVICES)
+    names = dict((proc, unit) for unit, proc, _starts in JOB_SERVICES)
     running = {}
     for path in fs.glob("/proc/[0-9]*/comm"):
         comm = (fs.read(path) or "").strip()
@@ -563,7 +565,7 @@ def read_job_services(fs):
             entry["error"] = "/proc/%d/limits: %s" % (pid, exc)
         running.setdefault(names[comm], []).append(entry)
     services = []
-    for unit, proc in JOB_SERVICES:
+    for unit, proc, starts_jobs in JOB_SERVICES:
         fragment = _unit_file(fs, unit)
         if fragment is None and unit not in running:
             continue
@@ -571,6 +573,7 @@ def read_job_services(fs):
         services.append({
             "unit": unit,
             "process": proc,
+            "starts_jobs": starts_jobs,
             "fragment": fragment,
             "dropins": paths[1:] if fragment else paths,
             "limit": _effective_limit(fs, paths, "Service", "LimitMEMLOCK"),

@@ -176,7 +176,8 @@ host:
         - C(systemd_default), C(DefaultLimitMEMLOCK) of C(/etc/systemd/system.conf) and its drop-ins as
           C({soft_kb, hard_kb, source}), V(null) when not set.
         - C(services), one entry per job-running daemon present (unit file found in the unit directories, or process
-          running), with C(unit), C(process), C(fragment) (unit file), C(dropins), C(limit) (the effective
+          running), with C(unit), C(process), C(starts_jobs) (V(false) for kubelet, whose pods run under the
+          container runtime), C(fragment) (unit file), C(dropins), C(limit) (the effective
           C(LimitMEMLOCK) as C({soft_kb, hard_kb, source}), V(null) when the unit does not set it) and
           C(processes) (C(pid), C(soft_kb), C(hard_kb), C(error) from C(/proc/<pid>/limits)).
       type: dict
@@ -190,6 +191,7 @@ host:
         services:
           - unit: containerd.service
             process: containerd
+            starts_jobs: true
             fragment: /lib/systemd/system/containerd.service
             dropins: []
             limit: null
@@ -258,16 +260,19 @@ def main():
     if not os.path.isdir(params["root"]):
         module.fail_json(msg="root: not a directory: %s" % params["root"])
     if not 0 <= params["sample_seconds"] <= 10:
-        module.fail_json(msg="sample_seconds: must be from 0 to 10 (0 disables sampling), got %s"
-                         % params["sample_seconds"])
+        module.fail_json(
+            msg="sample_seconds: must be from 0 to 10 (0 disables sampling), got %s" % params["sample_seconds"]
+        )
     if not 1 <= params["kernel_log_lines"] <= 100000:
         module.fail_json(msg="kernel_log_lines: must be from 1 to 100000, got %s" % params["kernel_log_lines"])
     if params["kernel_log_since_hours"] < 0:
-        module.fail_json(msg="kernel_log_since_hours: must be 0 (no limit) or more, got %s"
-                         % params["kernel_log_since_hours"])
+        module.fail_json(
+            msg="kernel_log_since_hours: must be 0 (no limit) or more, got %s" % params["kernel_log_since_hours"]
+        )
     if not params["kernel_log_file"].startswith("/"):
-        module.fail_json(msg="kernel_log_file: must be an absolute path inside root, got %s"
-                         % params["kernel_log_file"])
+        module.fail_json(
+            msg="kernel_log_file: must be an absolute path inside root, got %s" % params["kernel_log_file"]
+        )
 
     fs = HostFS(params["root"])
     facts = host.collect(

@@ -309,7 +309,8 @@ def test_memlock_reaches_the_job_daemons(tmp_path):
     _fleet(
         tmp_path,
         {
-            # slurmd and kubelet installed, not running (kubelet's unit sets 64M): both get infinity.
+            # slurmd and kubelet installed, not running (kubelet's unit sets 64M): slurmd gets infinity; kubelet
+            # starts no job itself and is left alone.
             "installed": (
                 {
                     "job_services": [
@@ -347,8 +348,12 @@ def test_memlock_reaches_the_job_daemons(tmp_path):
     assert ("running", MEMLOCK_TASK) in predicted and ("plain", MEMLOCK_TASK) not in predicted
 
     hosts, changed = _run_fleet(tmp_path)
-    for unit in ("slurmd.service", "kubelet.service"):
-        assert (roots["installed"] / DROPIN.format(unit)).read_text().endswith("[Service]\nLimitMEMLOCK=infinity\n")
+    assert (
+        (roots["installed"] / DROPIN.format("slurmd.service"))
+        .read_text()
+        .endswith("[Service]\nLimitMEMLOCK=infinity\n")
+    )
+    assert not (roots["installed"] / DROPIN.format("kubelet.service")).exists()  # pods run under the runtime
     findings, decisions = hosts["installed"]
     assert findings["HOST-MEM-004"]["status"] == "pass", findings["HOST-MEM-004"]
     assert decisions["restart_required"] == []

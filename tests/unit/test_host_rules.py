@@ -153,8 +153,24 @@ def test_installed_units_not_running_are_judged_by_their_unit_and_the_manager_de
     assert [i["unit"] for i in f["items"]] == ["docker.service"]
     assert "LimitMEMLOCK in /lib/systemd/system/docker.service gives 64 MiB when started" in f["message"]
     assert f["observed"]["kubelet.service"]["source"] == "DefaultLimitMEMLOCK in /etc/systemd/system.conf"
+    assert "not judged" in f["observed"]["kubelet.service"]["note"]
     # A policy that asks for 64 MiB only: both give enough.
     assert _finding(facts, "HOST-MEM-004", {"memory": {"min_memlock_kb": 65536}})["status"] == "pass"
+
+
+def test_kubelet_is_read_but_pods_get_the_runtime_limit(tmp_path):
+    """kubelet starts no container itself: a kubeadm kubelet.service (no LimitMEMLOCK) beside a containerd that
+    gives infinity passes; kubelet alone leaves the judgement to limits.conf."""
+    facts, _ = _facts(
+        tmp_path,
+        {"job_services": [mkroot.job_service("kubelet.service"), mkroot.job_service("containerd.service", "infinity")]},
+        "k8s",
+    )
+    f = _finding(facts, "HOST-MEM-004")
+    assert f["status"] == "pass" and f["message"] == "containerd.service give jobs enough locked memory", f
+    facts, _ = _facts(tmp_path, {"job_services": [mkroot.job_service("kubelet.service")]}, "kubelet")
+    f = _finding(facts, "HOST-MEM-004")
+    assert f["status"] == "pass" and "users' jobs may lock enough memory" in f["message"]
 
 
 # ------------------------------------------------------------------ HOST-CPU-002

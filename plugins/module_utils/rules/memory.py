@@ -158,6 +158,9 @@ def _judge_services(memlock, required):
             "source": source,
             "running": [{"pid": p["pid"], "limit": _kb_text(p.get("soft_kb"))} for p in procs],
         }
+        if svc.get("starts_jobs") is False:
+            observed[unit]["note"] = "starts no job itself (pods run under the container runtime): not judged"
+            continue
         unit_ok = _memlock_ok(unit_kb, required)
         short = [p for p in procs if not _memlock_ok(p.get("soft_kb"), required)]
         for p in short:
@@ -188,10 +191,11 @@ def check_memlock(facts, pol):
         return skip("memlock limits not readable")
     required = pol["memory"]["min_memlock_kb"]
     expected = "unlimited" if required is None else ">= %d KiB" % required
-    if memlock.get("services"):
+    services = [s for s in memlock.get("services") or [] if s.get("starts_jobs") is not False]
+    if services:
         expected += " for the daemons that start GPU jobs"
         items, observed = _judge_services(memlock, required)
-        units = [s["unit"] for s in memlock["services"]]
+        units = [s["unit"] for s in services]
         if items:
             names = sorted({i["unit"] for i in items})
             return result(
