@@ -118,11 +118,11 @@ EXAMPLES = r"""
   gpufleet.tuning.nic_info:
   register: net
 
-- name: Show NICs whose RX ring is below its maximum
+- name: Show NICs whose receive ring overflowed between the two ethtool -S readings
   ansible.builtin.debug:
-    msg: "{{ item.name }}: rx ring {{ item.rings.rx }} of {{ item.rings.rx_max }}"
-  loop: "{{ net.network.nics | selectattr('rings') | list }}"
-  when: item.rings.rx is not none and item.rings.rx_max is not none and item.rings.rx < item.rings.rx_max
+    msg: "{{ item.name }}: {{ item.drops.ring }} in {{ item.drops.interval_s }} s (rx ring {{ item.rings.rx }})"
+  loop: "{{ net.network.nics | selectattr('drops') | list }}"
+  when: item.drops.ring.values() | map(attribute='delta') | reject('none') | select('gt', 0) | list | length > 0
 
 - name: Two named interfaces, and the RTT to the other sites
   gpufleet.tuning.nic_info:
