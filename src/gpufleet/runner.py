@@ -229,3 +229,54 @@ def run_playbook(
                 project_dir=str(root),
             )
     return RunResult(rc=r.rc, status=r.status, hosts=hosts, events=events, interrupted=stopper.interrupted)
+
+
+_TAGS_CACHE: dict[str, dict[int, tuple[str, ...]]] = {}
+
+
+def task_tags(task_path: str | None) -> tuple[str, ...]:
+    """The tags of the task at ``task_path`` (ansible-runner's ``event_data.task_path``, ``FILE:LINE``), with those
+    of the blocks around it; () when the file cannot be read. ansible-runner's events do not carry a task's tags:
+    they are read from the task file itself, by the line ansible-runner names."""
+    if not task_path or ":" not in task_path:
+        return ()
+    file, _, line = task_path.rpartition(":")
+    if file not in _TAGS_CACHE:
+        _TAGS_CACHE[file] = _tags_by_line(file)
+    try:
+        return _TAGS_CACHE[file].get(int(line), ())
+    except ValueError:
+        return ()
+
+
+def _tags_by_line(file: str) -> dict[int, tuple[str, ...]]:
+    """Line of each task in a task file (1-based, where its mapping starts: Ansible's task_path) -> its tags."""
+    import yaml
+
+    try:
+        root = yaml.compose(Path(file).read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    found: dict[int, tuple[str, ...]] = {}
+
+    def tags_of(node: Any) -> tuple[str, ...]:
+        if isinstance(node, yaml.ScalarNode):
+            return tuple(t.strip() for t in str(node.value).split(",") if t.strip())
+        if isinstance(node, yaml.SequenceNode):
+            return tuple(str(n.value) for n in node.value if isinstance(n, yaml.ScalarNode))
+        return ()
+
+    def walk(tasks: Any, inherited: tuple[str, ...]) -> None:
+        if not isinstance(tasks, yaml.SequenceNode):
+            return
+        for task in tasks.value:
+            if not isinstance(task, yaml.MappingNode):
+                continue
+            keys = {k.value: v for k, v in task.value if isinstance(k, yaml.ScalarNode)}
+            mine = inherited + tags_of(keys.get("tags"))
+            found[task.start_mark.line + 1] = mine
+            for key in ("block", "rescue", "always"):
+                walk(keys.get(key), mine)
+
+    walk(root, ())
+    return found

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,140 @@ def _fixable(finding: dict[str, Any]) -> bool:
     return bool((finding.get("fix") or {}).get("role"))
 
 
+# Roles remediate.yml runs only when asked (the variable that turns each on).
+OPT_IN_ROLES = {"nvidia_driver": "gpufleet_driver_enabled"}
+_RULE_TAG = re.compile(r"^[A-Z]+-[A-Z]+-\d{3}$")
+# A role's `<role>_root` points it at a tree other than the real root (a fixture tree, a simulated host): tasks
+# that change devices rather than files (NICs) run only with the real root, '/'.
+_ROOT_CONDITION = re.compile(r"\b(\w+_root)\s*==\s*['\"]/['\"]")
+
+
+def _role_name(role: Any) -> str:
+    return str(role or "").rsplit(".", 1)[-1]
+
+
+def why_not_applied(
+    rule: str, role: str, host_roles: set[str] | None, host_skips: dict[str, list[str]] | None
+) -> str | None:
+    """Why a rule still fails after a remediation that did not touch it, or None when nothing says so (then it is
+    "still failing (auto-fixable)"). ``host_roles``: the roles that ran tasks on the host (None: not known);
+    ``host_skips``: rule id -> the conditions under which the role skipped a task tagged with it."""
+    if host_roles is None:
+        return None
+    if role not in host_roles:
+        if role in OPT_IN_ROLES:
+            return f"skipped: opt-in role ({role}: set {OPT_IN_ROLES[role]}: true)"
+        return f"not run: role {role} did not run (--tags, --limit or a failure before it)"
+    conditions = (host_skips or {}).get(rule) or []
+    for condition in conditions:
+        match = _ROOT_CONDITION.search(condition)
+        if match:
+            return f"not applicable on a simulated host ({match.group(1)} is not '/': devices are left alone)"
+    if conditions:
+        return f"skipped by role {role} ({conditions[0]} was false)"
+    return None
+
+
+class Watcher:
+    """Follows the remediation playbook's events: progress on stderr (``stream``), each host's changed tasks, the
+    facts the playbook sets (reboot, role overrides, refused changes), the roles that ran on each host and the
+    rule-tagged tasks a role skipped, with the condition (``summary`` turns these into the per-host summary).
+
+    Changed tasks are listed by their display name (for a person to read); what the summary decides on comes from
+    the facts the playbook sets, the events' role and the tasks' rule-id tags."""
+
+    def __init__(self, check: bool = False, stream=None):
+        self.check = check
+        self.stream = stream
+        self.changes: dict[str, list[str]] = {}
+        self.reboot: dict[str, bool] = {}
+        self.overrides: dict[str, list[dict[str, Any]]] = {}
+        self.blocked: dict[str, list[str]] = {}
+        self.roles: dict[str, set[str]] = {}
+        self.skips: dict[str, dict[str, list[str]]] = {}
+        self.tasks = 0
+        self.role: str | None = None
+
+    def say(self, line: str) -> None:
+        if self.stream is False:
+            return
+        try:
+            print(line, file=self.stream or sys.stderr, flush=True)
+        except (BrokenPipeError, ValueError):  # stderr's reader went away: carry on quietly
+            self.stream = False
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_task_start":
+            self.tasks += 1
+            role = _role_name(data.get("role"))
+            if role and role != self.role:
+                self.say(f"gpufleet: remediating: role {role}")
+            self.role = role or self.role
+            return
+        host = data.get("host")
+        if not host or kind not in ("runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable"):
+            return
+        res = data.get("res") or {}
+        role = _role_name(data.get("role"))
+        if role:
+            self.roles.setdefault(host, set()).add(role)
+        self.roles.setdefault(host, set())
+        task = data.get("task", "")
+        where = f"{role}: {task}" if role else task
+        if kind == "runner_on_skipped":
+            condition = res.get("false_condition")
+            if role and condition:
+                from gpufleet.runner import task_tags
+
+                for tag in task_tags(data.get("task_path")):
+                    if _RULE_TAG.match(tag):
+                        self.skips.setdefault(host, {}).setdefault(tag, []).append(str(condition))
+            return
+        if kind == "runner_on_unreachable":
+            self.say(f"  {host}: UNREACHABLE at {where}")
+            return
+        if kind == "runner_on_failed" and not data.get("ignore_errors"):
+            self.say(f"  {host}: FAILED {where}")
+            return
+        if res.get("changed"):
+            self.changes.setdefault(host, []).append(task)
+            self.say(f"  {host}: {'would change' if self.check else 'changed'}: {where}")
+        facts = res.get("ansible_facts") or {}
+        if "gpufleet_reboot_required" in facts:
+            self.reboot[host] = bool(facts["gpufleet_reboot_required"])
+        if isinstance(facts.get("gpufleet_role_overrides"), list):
+            self.overrides[host] = facts["gpufleet_role_overrides"]
+        if isinstance(facts.get("gpufleet_blocked"), list):
+            self.blocked[host] = [str(m) for m in facts["gpufleet_blocked"]]
+
+    def not_applied(self, before: dict[str, Any]) -> dict[str, dict[str, str]]:
+        """host -> {rule id: why the remediation left it alone} for each auto-fixable finding of ``before``."""
+        from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import schema
+
+        out: dict[str, dict[str, str]] = {}
+        for name, host in before["hosts"].items():
+            for f in schema.host_findings(host):
+                if schema.is_finding(f) and _fixable(f):
+                    why = why_not_applied(f["rule"], f["fix"]["role"], self.roles.get(name), self.skips.get(name))
+                    if why:
+                        out.setdefault(name, {})[f["rule"]] = why
+        return out
+
+    def summary(self, before: dict[str, Any], after: dict[str, Any] | None) -> dict[str, Any]:
+        return remediation_summary(
+            before,
+            after,
+            self.changes,
+            self.reboot,
+            self.check,
+            self.overrides,
+            self.blocked,
+            self.not_applied(before),
+        )
+
+
 def remediation_summary(
     before: dict[str, Any],
     after: dict[str, Any] | None,
@@ -65,11 +200,13 @@ def remediation_summary(
     check: bool,
     overrides: dict[str, list[dict[str, Any]]] | None = None,
     blocked: dict[str, list[str]] | None = None,
+    not_applied: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """Per host: fixed (passed afterwards), unverified (a finding before, neither passing nor failing afterwards:
     skipped, errored, not run), remaining (auto-fixable or manual), new findings, what changed, reboot needed, and
     the role variables that took the place of a policy value (the fix then follows the variable, not what the audit
-    judged). The collection must be importable (``paths.import_collection``)."""
+    judged), and why the remediation left a fixable finding alone (``not_applied``: rule id -> reason, e.g. an
+    opt-in role that was not turned on). The collection must be importable (``paths.import_collection``)."""
     from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import diff, schema
 
     hosts = {}
@@ -85,6 +222,7 @@ def remediation_summary(
             "role_overrides": list((overrides or {}).get(name) or []),
             # Changes a role refused to make now (e.g. a driver upgrade under busy GPUs), with the blocker named.
             "blocked": list((blocked or {}).get(name) or []),
+            "not_applied": dict((not_applied or {}).get(name) or {}),
         }
         if check:
             entry["would_fix"] = sorted(r for r, f in was.items() if _fixable(f))
@@ -134,11 +272,24 @@ def render_remediation(summary: dict[str, Any]) -> str:
                 + ("; reboot required" if h["reboot_required"] else "")
             )
             continue
-        parts = [f"fixed {', '.join(h['fixed']) or 'nothing'}"]
+        if h["fixed"]:
+            parts = [f"fixed {', '.join(h['fixed'])}"]
+        elif h["changed_tasks"]:
+            # Something changed, yet no finding is fixed (yet): a reboot pending, or a change the audit cannot see.
+            parts = [f"no finding fixed; {len(h['changed_tasks'])} task(s) changed something"]
+        else:
+            parts = ["fixed nothing"]
         if h.get("unverified"):
             parts.append(f"unverified (skipped, errored or not run afterwards): {', '.join(h['unverified'])}")
-        if h["remaining_auto"]:
-            parts.append(f"still failing (auto-fixable): {', '.join(h['remaining_auto'])}")
+        not_applied = h.get("not_applied") or {}
+        still = [r for r in h["remaining_auto"] if r not in not_applied]
+        if still:
+            parts.append(f"still failing (auto-fixable): {', '.join(still)}")
+        by_reason: dict[str, list[str]] = {}
+        for rule in h["remaining_auto"]:
+            if rule in not_applied:
+                by_reason.setdefault(not_applied[rule], []).append(rule)
+        parts.extend(f"{reason}: {', '.join(rules)}" for reason, rules in by_reason.items())
         if h["remaining_manual"]:
             parts.append(f"needs a person: {', '.join(h['remaining_manual'])}")
         if h["new"]:
@@ -175,27 +326,7 @@ def run(args: argparse.Namespace) -> int:
     if before is None:
         return exits.EXIT_HOSTS
     before.pop("_files")
-    changes: dict[str, list[str]] = {}
-    reboot: dict[str, bool] = {}
-    role_overrides: dict[str, list[dict[str, Any]]] = {}
-    blocked: dict[str, list[str]] = {}
-
-    def on_event(event: dict[str, Any]) -> None:
-        # Changed tasks are listed by their display name (for a person to read); everything the summary decides on
-        # comes from the facts the playbook sets.
-        data = event.get("event_data") or {}
-        res = data.get("res") or {}
-        if event.get("event") == "runner_on_ok" and data.get("host"):
-            if res.get("changed"):
-                changes.setdefault(data["host"], []).append(data.get("task", ""))
-            facts = res.get("ansible_facts") or {}
-            if "gpufleet_reboot_required" in facts:
-                reboot[data["host"]] = bool(facts["gpufleet_reboot_required"])
-            if isinstance(facts.get("gpufleet_role_overrides"), list):
-                role_overrides[data["host"]] = facts["gpufleet_role_overrides"]
-            if isinstance(facts.get("gpufleet_blocked"), list):
-                blocked[data["host"]] = [str(m) for m in facts["gpufleet_blocked"]]
-
+    watch = Watcher(check=args.check)
     lock_vars = {"gpufleet_lock_timeout": args.lock_timeout} if args.lock_timeout is not None else {}
     print(f"gpufleet: remediating{' (check mode)' if args.check else ''}, run {run_id}", file=sys.stderr)
     result = run_playbook(
@@ -207,12 +338,12 @@ def run(args: argparse.Namespace) -> int:
         check=args.check,
         diff=args.diff,
         quiet=not (args.verbose or args.diff),
-        on_event=on_event,
+        on_event=watch,
         extravars={"gpufleet_run_id": run_id, "gpufleet_policy_overrides": overrides, **lock_vars},
     )
     failed = {n: h.message for n, h in result.hosts.items() if h.status != "ok"}
     if result.interrupted:
-        summary = remediation_summary(before, None, changes, reboot, args.check, role_overrides, blocked)
+        summary = watch.summary(before, None)
         summary["failed"] = failed
         return stopped("remediate", result.interrupted, summary)
     after = None
@@ -221,10 +352,10 @@ def run(args: argparse.Namespace) -> int:
         if after is not None:
             after.pop("_files")
         if interrupted:
-            summary = remediation_summary(before, after, changes, reboot, args.check, role_overrides, blocked)
+            summary = watch.summary(before, after)
             summary["failed"] = failed
             return stopped("audit-after", interrupted, summary)
-    summary = remediation_summary(before, after, changes, reboot, args.check, role_overrides, blocked)
+    summary = watch.summary(before, after)
     summary["run_id"] = run_id
     summary["failed"] = failed
     summary["complete"] = True
