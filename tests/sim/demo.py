@@ -86,7 +86,8 @@ HOSTS = {
     },
     # A host left on the powersave governor.
     "sg-h100-02": {"group": "ap_southeast", "gpu": ("h100", 8, "550", busy(8)), "host": {"governor": "powersave"}},
-    # Fresh install on an overseas link: stock TCP, default NIC rings.
+    # Fresh install on an overseas link: stock TCP. Its NIC keeps the driver's default rings, which is no finding
+    # without ring drops (NET-RING-001 judges the drop counters, not the ratio to the maximum).
     "sg-l40s-03": {
         "group": "ap_southeast",
         "gpu": ("l40s", 4, "570", []),
@@ -117,7 +118,7 @@ HOSTS = {
 EXPECTED = {
     "sg-a100-01": ["GPU-MEM-001", "GPU-PWR-001", "HOST-MEM-001", "HOST-MEM-002"],
     "sg-h100-02": ["HOST-CPU-001"],
-    "sg-l40s-03": ["NET-RING-001", "NET-TCP-001", "NET-TCP-002", "NET-TCP-003", "NET-TCP-004"],
+    "sg-l40s-03": ["NET-TCP-001", "NET-TCP-002", "NET-TCP-003", "NET-TCP-004"],
     "fra-h100-01": ["GPU-PCI-001"],
     "fra-a100-02": ["SW-CUDA-001"],
     "iad-h100-01": ["GPU-PWR-002"],
@@ -130,8 +131,7 @@ EXPECTED_AFTER = {
     # GPU memory use and swapping have no automatic fix: they need a person (the job, the host's RAM).
     "sg-a100-01": ["GPU-MEM-001", "HOST-MEM-001"],
     "sg-h100-02": [],
-    # NICs are devices, not files: network_tuning tunes them only on a real root (network_tuning_root '/').
-    "sg-l40s-03": ["NET-RING-001"],
+    "sg-l40s-03": [],
     # A link trained down to x8 needs a person (reseat, riser, BIOS).
     "fra-h100-01": ["GPU-PCI-001"],
     # Driver upgrades are the nvidia_driver role's, which remediate.yml does not run (a driver change needs a reboot).
