@@ -37,7 +37,9 @@ def test_fail_on_threshold(demo_built, tmp_path):
     # iad-a100-02 fails only a low-severity rule (GPU-ECC-002).
     args = ("audit", "-i", str(DEMO), "--limit", "iad-a100-02", "--out", str(tmp_path))
     assert gpufleet(*args, "--fail-on", "medium").returncode == 0
-    assert gpufleet(*args, "--fail-on", "low").returncode == 1
+    proc = gpufleet(*args, "--fail-on", "low")
+    assert proc.returncode == 1
+    assert "gpufleet: exit 1: 1 finding at or above low (--fail-on low)" in proc.stderr  # issue 15: say why
     assert gpufleet(*args).returncode == 0  # default: report, do not gate
 
 
@@ -169,3 +171,28 @@ def test_results_are_found_by_module_not_by_task_name(demo_built, tmp_path, caps
     assert report["hosts"]["iad-h100-03"]["status"] == "ok"
     assert Path(report["_files"]["json"]).is_file()
     assert "[1/1] iad-h100-03: " in capsys.readouterr().err  # Progress saw the audit module's result
+
+
+def test_audit_piped_into_head_ends_quietly(demo_built, tmp_path):
+    """Issue 15: `gpufleet audit ... | head -2` ended in a BrokenPipeError traceback and exit 1 (failing findings'
+    code). Now it ends as coreutils and git do (SIGPIPE: 141 under pipefail), and the report is written."""
+    command = [sys.executable, "-m", "gpufleet.cli", "audit", "-i", str(DEMO), "--limit", "iad-a100-02"]
+
+    def piped(reader: str, out: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", "-o", "pipefail", "-c", " ".join(command) + f" --out {out} --fail-on low | {reader}"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    # head -n 0 exits before the audit writes a line: the write always meets a closed pipe.
+    proc = piped("head -n 0", tmp_path / "a")
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.returncode == 141, proc.stderr
+    assert (tmp_path / "a" / "latest" / "report.json").is_file()
+    # head -2 may exit before or after the last line is written (a small report fits in the pipe): 141 or 1.
+    proc = piped("head -2", tmp_path / "b")
+    assert proc.stdout.count("\n") == 2
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.returncode in (1, 141), proc.stderr

@@ -50,7 +50,7 @@ def fleet(tmp_path_factory, sim_lib):
 
 def test_check_then_remediate_then_rollback(fleet):
     tmp, inventory = fleet
-    limit = "sg-a100-01,iad-h100-01,sg-h100-02,sg-l40s-03"
+    limit = "sg-a100-01,iad-h100-01,sg-h100-02,sg-l40s-03,fra-a100-02"
     before = _digest(tmp / "fleet")
     proc = gpufleet("remediate", "-i", str(inventory), "--limit", limit, "--check", "--out", str(tmp / "r"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -74,6 +74,17 @@ def test_check_then_remediate_then_rollback(fleet):
     assert {"NET-TCP-001", "NET-TCP-002", "NET-TCP-003", "NET-TCP-004"} <= set(summary["hosts"]["sg-l40s-03"]["fixed"])
     assert all(not h["new"] for h in summary["hosts"].values())
     assert "gpufleet rollback --run" in proc.stdout
+    # Issue 15: why a fixable finding was left alone, and progress while the roles run.
+    assert summary["hosts"]["sg-l40s-03"]["not_applied"] == {
+        "NET-RING-001": "not applicable on a simulated host (network_tuning_root is not '/': devices are left alone)"
+    }
+    assert summary["hosts"]["fra-a100-02"]["not_applied"] == {
+        "SW-CUDA-001": "skipped: opt-in role (nvidia_driver: set gpufleet_driver_enabled: true)"
+    }
+    assert "still failing (auto-fixable)" not in proc.stdout, proc.stdout
+    assert "fra-a100-02: fixed nothing; skipped: opt-in role" in proc.stdout, proc.stdout
+    assert "gpufleet: remediating: role host_tuning" in proc.stderr
+    assert "sg-a100-01: changed: " in proc.stderr
 
     proc = gpufleet("rollback", "-i", str(inventory), "--limit", limit, "--run", summary["run_id"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
