@@ -81,7 +81,9 @@ def test_renderers_say_what_happened():
 
     prom = prometheus.render_prometheus(report)
     assert "gpufleet_audit_complete 0" in prom
-    assert 'gpufleet_host_up{host="slow-01"} 0' in prom and 'gpufleet_host_up{host="ok-01"} 1' in prom
+    assert 'gpufleet_host_up{host="slow-01",status="timeout"} 0' in prom
+    assert 'gpufleet_host_up{host="ok-01",status="ok"} 1' in prom
+    assert 'gpufleet_host_findings{host="slow-01"' not in prom  # not audited: no counts that read as clean
 
 
 def test_a_host_without_a_usable_driver_is_listed_with_the_reason():

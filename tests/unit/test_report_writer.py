@@ -51,7 +51,7 @@ def test_write_all_layout_and_contents(tmp_path, sample):
     assert json.loads(text) == sample
     assert paths["html"].read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     assert ET.parse(paths["junit"]).getroot().tag == "testsuites"
-    assert "gpufleet_host_up{host=\"iad-h100-03\"} 1\n" in paths["prometheus"].read_text(encoding="utf-8")
+    assert "gpufleet_host_up{host=\"iad-h100-03\",status=\"ok\"} 1\n" in paths["prometheus"].read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("mask", [0, 0o022, 0o077])
