@@ -696,3 +696,13 @@ def test_non_fatal_sxid_is_medium_and_below_floor_ignored():
     finding = _evaluate(facts)["HOST-HLT-003"]
     assert finding["status"] == "fail" and finding["severity"] == "medium"
     assert _evaluate(facts, {"health": {"xid_min_severity": "high"}})["HOST-HLT-003"]["status"] == "pass"
+
+
+def test_gpus_without_bus_ids_are_compared_by_count():
+    facts = healthy()
+    for g in facts["gpu"]["gpus"]:
+        g["pci_bus_id"] = None
+    assert _evaluate(facts)["GPU-HLT-003"]["status"] == "pass"
+    facts["gpu"]["gpus"].pop()
+    finding = _evaluate(facts)["GPU-HLT-003"]
+    assert finding["status"] == "fail" and "8 GPUs on the PCI bus, NVML lists 7" in finding["message"]

@@ -135,6 +135,10 @@ def check_gpu_count(facts, pol):
         if bus.get("available") and not f.get("virtual") and f.get("driver") not in _NOT_THIS_HOSTS
     ]
     missing = [f for f in on_bus if f.get("address") not in in_nvml]
+    by_count = len(in_nvml) < len(listed)
+    if by_count:
+        # Some GPUs came without a PCI bus id (an nvidia-smi without the field): compare counts, not addresses.
+        missing = []
     observed = {
         "nvml": len(usable) if nvml_ok else None,
         "pci": len(on_bus) if bus.get("available") else None,
@@ -158,13 +162,17 @@ def check_gpu_count(facts, pol):
             ),
             items=missing,
         )
-    if missing:
+    if missing or (by_count and len(on_bus) > len(listed)):
+        what = (
+            "GPU(s) %s are on the PCI bus but NVML does not list them" % observed["not_in_nvml"]
+            if missing
+            else "%d GPUs on the PCI bus, NVML lists %d" % (len(on_bus), len(listed))
+        )
         return result(
             "fail",
             observed,
             want,
-            "GPU(s) %s are on the PCI bus but NVML does not list them%s: the driver did not bring them up (look for "
-            "RmInitAdapter or Xid lines from boot)" % (observed["not_in_nvml"], why),
+            "%s%s: the driver did not bring them up (look for RmInitAdapter or Xid lines from boot)" % (what, why),
             items=missing,
             severity="high",
         )
