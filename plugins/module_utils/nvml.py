@@ -23,6 +23,7 @@ import time
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
+from ansible_collections.gpufleet.tuning.plugins.module_utils.nvml_session import NvmlInitError, nvml_session
 
 MIB = 1024 * 1024
 # Enough 64-bit words for 4096 logical CPUs; NVML fills only what the host has.
@@ -510,41 +511,41 @@ def collect(nv, fs=None, sample_seconds=SAMPLE_SECONDS):
     read, no increase)."""
     fs = fs or HostFS("/")
     try:
-        nv.nvmlInit()
-    except nv.NVMLError as exc:
-        raise NvmlUnavailable("NVML could not be initialised: %s (%s)" % (error_name(exc), exc)) from exc
+        with nvml_session(nv):
+            return _collect(nv, fs, sample_seconds)
+    except NvmlInitError as exc:
+        # The NVML error stays the cause: its name (LibRmVersionMismatch, DriverNotLoaded...) is a finding of its own.
+        raise NvmlUnavailable("NVML could not be initialised: %s (%s)" % (error_name(exc.error), exc.error)) \
+            from exc.error
+
+
+def _collect(nv, fs, sample_seconds):
+    driver = read_driver(nv, fs)
     try:
-        driver = read_driver(nv, fs)
+        count = int(nv.nvmlDeviceGetCount())
+    except nv.NVMLError as exc:
+        raise NvmlUnavailable("NVML could not count GPUs: %s" % error_name(exc)) from exc
+    read = []
+    for index in range(count):
         try:
-            count = int(nv.nvmlDeviceGetCount())
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
         except nv.NVMLError as exc:
-            raise NvmlUnavailable("NVML could not count GPUs: %s" % error_name(exc)) from exc
-        read = []
-        for index in range(count):
-            try:
-                handle = nv.nvmlDeviceGetHandleByIndex(index)
-            except nv.NVMLError as exc:
-                reason = error_name(exc)
-                read.append({"index": index, "lost": reason == "GpuIsLost", "error": reason,
-                             "unsupported": {}})
-                continue
-            read.append(_read_gpu(nv, handle, index, fs))
-        firsts = [g.first_at for g in read if isinstance(g, _Gpu) and not g.lost]
-        if sample_seconds and firsts:
-            # Every GPU's counters get at least sample_seconds between their two reads.
-            time.sleep(max(0.0, max(firsts) + sample_seconds - time.monotonic()))
-        gpus = []
-        for g in read:
-            if not isinstance(g, _Gpu):
-                gpus.append(g)
-            elif sample_seconds and not g.lost:
-                second = _counters(g, nv)
-                gpus.append(_finish(g, second, round(time.monotonic() - g.first_at, 3)))
-            else:
-                gpus.append(_finish(g))
-        return driver, gpus
-    finally:
-        try:
-            nv.nvmlShutdown()
-        except nv.NVMLError:
-            pass
+            reason = error_name(exc)
+            read.append({"index": index, "lost": reason == "GpuIsLost", "error": reason,
+                         "unsupported": {}})
+            continue
+        read.append(_read_gpu(nv, handle, index, fs))
+    firsts = [g.first_at for g in read if isinstance(g, _Gpu) and not g.lost]
+    if sample_seconds and firsts:
+        # Every GPU's counters get at least sample_seconds between their two reads.
+        time.sleep(max(0.0, max(firsts) + sample_seconds - time.monotonic()))
+    gpus = []
+    for g in read:
+        if not isinstance(g, _Gpu):
+            gpus.append(g)
+        elif sample_seconds and not g.lost:
+            second = _counters(g, nv)
+            gpus.append(_finish(g, second, round(time.monotonic() - g.first_at, 3)))
+        else:
+            gpus.append(_finish(g))
+    return driver, gpus
