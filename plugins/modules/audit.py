@@ -20,7 +20,7 @@ description:
   - Returns facts, findings (one per rule, with status pass, fail, warn, skip or error), counts, and the
     effective policy. It never changes anything.
 author:
-  - gpufleet team (!UNKNOWN)
+  - gpufleet contributors (@gpufleet)
 options:
   policy:
     description:

@@ -20,7 +20,7 @@ description:
   - Runs on the controller (use C(run_once) and C(delegate_to=localhost)); unreachable and failed hosts are
     reported as such.
 author:
-  - gpufleet team (!UNKNOWN)
+  - gpufleet contributors (@gpufleet)
 options:
   out_dir:
     description: Directory that receives one sub-directory per run and the C(latest) link.

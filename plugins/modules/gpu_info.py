@@ -29,7 +29,7 @@ description:
     for the fields it offers (C(source=nvidia-smi)).
   - This module never changes anything.
 author:
-  - gpufleet team (!UNKNOWN)
+  - gpufleet contributors (@gpufleet)
 options:
   backend:
     description:

@@ -23,7 +23,7 @@ description:
   - NVML has no getter for locked clocks; what this module applied is recorded in C(state_dir)/locked_clocks.json
     so a second run knows nothing changed. Locks set by other tools are not seen.
 author:
-  - gpufleet team (!UNKNOWN)
+  - gpufleet contributors (@gpufleet)
 options:
   gpus:
     description: GPUs to configure; C(all), NVML indexes (C("0")) or UUIDs (C(GPU-...)).

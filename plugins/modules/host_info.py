@@ -27,7 +27,7 @@ description:
     An unreadable kernel log is reported in C(host.kernel_log.error); it never fails the module.
   - This module never changes anything.
 author:
-  - gpufleet team (!UNKNOWN)
+  - gpufleet contributors (@gpufleet)
 options:
   root:
     description:

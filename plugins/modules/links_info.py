@@ -21,7 +21,7 @@ description:
   - Remediation roles call it so that a fix applies only where the audit would judge the rule.
   - This module never changes anything.
 author:
-  - gpufleet team (!UNKNOWN)
+  - gpufleet contributors (@gpufleet)
 options:
   policy:
     description:

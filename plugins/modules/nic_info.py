@@ -35,7 +35,7 @@ description:
     measured rather than declared.
   - This module never changes anything.
 author:
-  - gpufleet team (!UNKNOWN)
+  - gpufleet contributors (@gpufleet)
 options:
   interfaces:
     description:

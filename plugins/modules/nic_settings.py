@@ -42,7 +42,7 @@ description:
     no-op at boot; the module warns and returns it as RV(link_shadowed_by). Our own file of older releases,
     C(60-gpufleet-<name>.link) (matched on the current MAC and set C(Name=)), is removed.
 author:
-  - gpufleet team (!UNKNOWN)
+  - gpufleet contributors (@gpufleet)
 options:
   name:
     description: Interface name (1-15 characters of letters, digits, C(_ . @ -)).

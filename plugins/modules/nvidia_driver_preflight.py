@@ -30,7 +30,7 @@ description:
     loaded module makes every new CUDA/NVML process fail with "Driver/library version mismatch" until a reload or
     reboot.
 author:
-  - gpufleet team (!UNKNOWN)
+  - gpufleet contributors (@gpufleet)
 options:
   branch:
     description: The driver branch the change targets, e.g. C(550).

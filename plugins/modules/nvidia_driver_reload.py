@@ -22,7 +22,7 @@ description:
     (C(modprobe -r), dependants first - nvidia_peermem, nvidia_uvm, nvidia_drm, nvidia_modeset, nvidia), loads them
     again (C(modprobe)), starts the services again, and fails unless the loaded module is then C(version).
 author:
-  - gpufleet team (!UNKNOWN)
+  - gpufleet contributors (@gpufleet)
 options:
   version:
     description: The driver version the loaded module must have afterwards, e.g. C(550.90.07) (a package revision

@@ -31,7 +31,7 @@ description:
   - Returns C(changed=false). The lock is bookkeeping, not configuration, so a second remediation still reports
     zero changes (Molecule's idempotence step).
 author:
-  - gpufleet team (!UNKNOWN)
+  - gpufleet contributors (@gpufleet)
 options:
   state:
     description: C(acquired) takes the lock, waiting for another holder; C(released) gives it back.

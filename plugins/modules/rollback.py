@@ -25,7 +25,7 @@ description:
   - Only what differs is changed, so a second rollback changes nothing. ECC and MIG modes go back to their prior
     pending mode and need a reboot, as when they were changed.
 author:
-  - gpufleet team (!UNKNOWN)
+  - gpufleet contributors (@gpufleet)
 options:
   run_id:
     description: The run to roll back; C(latest) is the newest record on the host.

@@ -18,7 +18,7 @@ description:
   - Records only the first state of each file in a run. Changes nothing on the host except the rollback record;
     returns C(changed=false). Does nothing without C(rollback_run_id) or in check mode.
 author:
-  - gpufleet team (!UNKNOWN)
+  - gpufleet contributors (@gpufleet)
 options:
   paths:
     description: Absolute paths of the files about to be written.

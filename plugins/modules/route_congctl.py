@@ -33,7 +33,7 @@ description:
     module runs again; declare them in the network manager instead where that matters. The unit is written, not
     enabled - enable it with M(ansible.builtin.systemd_service) (the network_tuning role does).
 author:
-  - gpufleet team (!UNKNOWN)
+  - gpufleet contributors (@gpufleet)
 options:
   prefixes:
     description: Networks (CIDR, IPv4 or IPv6, host bits zero) whose routes get the congestion control.

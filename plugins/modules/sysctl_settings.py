@@ -21,7 +21,7 @@ description:
   - Inside a network namespace or container some keys are global or read-only (C(net.core.rmem_max)); those are
     written to the file but reported under C(not_settable) with "must be set on the host" instead of failing.
 author:
-  - gpufleet team (!UNKNOWN)
+  - gpufleet contributors (@gpufleet)
 options:
   settings:
     description: 'Kernel parameters and values, e.g. C({net.ipv4.tcp_rmem: "4096 131072 268435456"}).'

@@ -19,7 +19,7 @@ description:
     M(gpufleet.tuning.host_tuning) role re-applies them; sysfs values do not survive a reboot.
   - A file that cannot be written here (read-only C(/sys) in a container) is reported under C(not_settable).
 author:
-  - gpufleet team (!UNKNOWN)
+  - gpufleet contributors (@gpufleet)
 options:
   settings:
     description:
