@@ -101,3 +101,32 @@ def prepare(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[s
         raise UsageError(str(exc)) from exc
     overrides = load_policy_file(args.policy)
     return overrides, inventory_hosts(args.inventory, args.limit, overrides, args.policy)
+
+
+def host_variables(inventory: str | list[str], limit: str | None, names: list[str]) -> dict[str, dict[str, Any]]:
+    """host -> {name: the inventory's value of that variable, templated} for the ``names`` the inventory sets
+    (role defaults are not read: a name the inventory does not set is absent). A value that cannot be templated
+    is left out, as if unset."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    inv = InventoryManager(loader=loader, sources=[inventory] if isinstance(inventory, str) else list(inventory))
+    if limit:
+        inv.subset(limit)
+    variables = VariableManager(loader=loader, inventory=inv)
+    out: dict[str, dict[str, Any]] = {}
+    for host in inv.get_hosts(pattern="all"):
+        hostvars = variables.get_vars(host=host, include_hostvars=False)
+        templar = Templar(loader=loader, variables=hostvars)
+        values: dict[str, Any] = {}
+        for name in names:
+            if name in hostvars:
+                try:
+                    values[name] = templar.template(hostvars[name])
+                except Exception:  # an undefined variable in the inventory: as if unset
+                    continue
+        out[host.name] = values
+    return out

@@ -231,52 +231,71 @@ def run_playbook(
     return RunResult(rc=r.rc, status=r.status, hosts=hosts, events=events, interrupted=stopper.interrupted)
 
 
-_TAGS_CACHE: dict[str, dict[int, tuple[str, ...]]] = {}
+@dataclass(frozen=True)
+class TaskInfo:
+    """What a task file says about one task that ansible-runner's events leave out: its tags and its ``when``
+    conditions, each with those of the blocks around it."""
+
+    tags: tuple[str, ...] = ()
+    when: tuple[str, ...] = ()
+
+
+_TASKS_CACHE: dict[str, dict[int, TaskInfo]] = {}
+
+
+def task_info(task_path: str | None) -> TaskInfo:
+    """The task at ``task_path`` (ansible-runner's ``event_data.task_path``, ``FILE:LINE``), read from the task file
+    itself by the line ansible-runner names; an empty TaskInfo when the file cannot be read. Read while the run
+    lives: a collection's files may be reached through the run's temporary directory."""
+    if not task_path or ":" not in task_path:
+        return TaskInfo()
+    file, _, line = task_path.rpartition(":")
+    if file not in _TASKS_CACHE:
+        _TASKS_CACHE[file] = _tasks_by_line(file)
+    try:
+        return _TASKS_CACHE[file].get(int(line), TaskInfo())
+    except ValueError:
+        return TaskInfo()
 
 
 def task_tags(task_path: str | None) -> tuple[str, ...]:
-    """The tags of the task at ``task_path`` (ansible-runner's ``event_data.task_path``, ``FILE:LINE``), with those
-    of the blocks around it; () when the file cannot be read. ansible-runner's events do not carry a task's tags:
-    they are read from the task file itself, by the line ansible-runner names."""
-    if not task_path or ":" not in task_path:
-        return ()
-    file, _, line = task_path.rpartition(":")
-    if file not in _TAGS_CACHE:
-        _TAGS_CACHE[file] = _tags_by_line(file)
-    try:
-        return _TAGS_CACHE[file].get(int(line), ())
-    except ValueError:
-        return ()
+    """The tags of the task at ``task_path`` (see ``task_info``), with those of the blocks around it."""
+    return task_info(task_path).tags
 
 
-def _tags_by_line(file: str) -> dict[int, tuple[str, ...]]:
-    """Line of each task in a task file (1-based, where its mapping starts: Ansible's task_path) -> its tags."""
+def _tasks_by_line(file: str) -> dict[int, TaskInfo]:
+    """Line of each task in a task file (1-based, where its mapping starts: Ansible's task_path) -> TaskInfo."""
     import yaml
 
     try:
         root = yaml.compose(Path(file).read_text())
     except (OSError, yaml.YAMLError):
         return {}
-    found: dict[int, tuple[str, ...]] = {}
+    found: dict[int, TaskInfo] = {}
 
-    def tags_of(node: Any) -> tuple[str, ...]:
+    def strings(node: Any, split: bool) -> tuple[str, ...]:
         if isinstance(node, yaml.ScalarNode):
-            return tuple(t.strip() for t in str(node.value).split(",") if t.strip())
+            if split:
+                return tuple(t.strip() for t in str(node.value).split(",") if t.strip())
+            return (str(node.value),)
         if isinstance(node, yaml.SequenceNode):
             return tuple(str(n.value) for n in node.value if isinstance(n, yaml.ScalarNode))
         return ()
 
-    def walk(tasks: Any, inherited: tuple[str, ...]) -> None:
+    def walk(tasks: Any, inherited: TaskInfo) -> None:
         if not isinstance(tasks, yaml.SequenceNode):
             return
         for task in tasks.value:
             if not isinstance(task, yaml.MappingNode):
                 continue
             keys = {k.value: v for k, v in task.value if isinstance(k, yaml.ScalarNode)}
-            mine = inherited + tags_of(keys.get("tags"))
+            mine = TaskInfo(
+                inherited.tags + strings(keys.get("tags"), split=True),
+                inherited.when + strings(keys.get("when"), split=False),
+            )
             found[task.start_mark.line + 1] = mine
             for key in ("block", "rescue", "always"):
                 walk(keys.get(key), mine)
 
-    walk(root, ())
+    walk(root, TaskInfo())
     return found

@@ -209,11 +209,9 @@ def test_every_subcommand_help_has_a_description_and_an_example(argv, capsys):
 
 
 # 6. The remediation summary says why a fixable finding was left alone, and shows progress.
-def _event(kind, host=None, task="", role=None, res=None, task_path=None):
-    return {
-        "event": kind,
-        "event_data": {"host": host, "task": task, "role": role, "res": res or {}, "task_path": task_path},
-    }
+def _event(kind, host=None, task="", role=None, res=None, task_path=None, action=None):
+    data = {"host": host, "task": task, "role": role, "res": res or {}, "task_path": task_path}
+    return {"event": kind, "event_data": {**data, "resolved_action": action}}
 
 
 def _host(findings):
@@ -227,50 +225,85 @@ def _finding(rule, role, status="fail"):
 NICS_YML = REPO / "roles" / "network_tuning" / "tasks" / "nics.yml"
 
 
-def _nic_task_line() -> int:
-    """The line of nics.yml's task that reads the NICs only on the real root (its `when` names network_tuning_root)."""
-    lines = NICS_YML.read_text().splitlines()
-    when = next(i for i, line in enumerate(lines) if "network_tuning_root == '/'" in line)
-    return next(i for i in range(when, -1, -1) if lines[i].startswith("- name:")) + 1
+def _task_line(file: Path, text: str) -> int:
+    """The line of the task of ``file`` whose body contains ``text`` (where ansible-runner's task_path points)."""
+    lines = file.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if text in line)
+    return next(i for i in range(at, -1, -1) if lines[i].startswith("- name:")) + 1
+
+
+ROOT_ONLY = "network_tuning_root == '/'"
+NIC_READ = f"{NICS_YML}:{_task_line(NICS_YML, ROOT_ONLY)}"  # runs only on the real root
+NIC_NONE = f"{NICS_YML}:{_task_line(NICS_YML, 'No NIC is named')}"  # the role says why it leaves NICs alone
+
+
+def _remediation(watch, failing):
+    """Before: ``failing`` and HOST-MEM-002 fail; after: HOST-MEM-002 passes."""
+    before = {"run": {"id": "a"}, "hosts": {"h1": _host([*failing, _finding("HOST-MEM-002", "host_tuning")])}}
+    after = {"run": {"id": "b"}, "hosts": {"h1": _host([*failing, _finding("HOST-MEM-002", "host_tuning", "pass")])}}
+    return watch.summary(before, after)
 
 
 def test_remediation_says_why_a_fixable_finding_was_left_alone():
-    """Driver findings (an opt-in role not turned on) and NIC findings on a test root (network_tuning_root is not
-    '/'): the old summary called both "still failing (auto-fixable)" and said "fixed nothing" after changes."""
+    """Driver findings (an opt-in role not turned on) and NIC findings on a simulated host (network_tuning_root is a
+    fixture tree, and the NIC task runs only on '/'): the old summary called both "still failing (auto-fixable)"."""
     stream = io.StringIO()
-    watch = remediate.Watcher(stream=stream)
-    events = [
+    watch = remediate.Watcher(stream=stream, roots={"h1": {"network_tuning_root": "/srv/fixture/h1"}})
+    for event in [
         _event("playbook_on_task_start", role="host_tuning", task="Set vm.swappiness"),
-        _event("runner_on_ok", "h1", "Set vm.swappiness", "host_tuning", {"changed": True}),
+        _event("runner_on_ok", "h1", "Set vm.swappiness", "gpufleet.tuning.host_tuning", {"changed": True}),
         _event("playbook_on_task_start", role="network_tuning", task="Read the named NICs"),
-        _event(
-            "runner_on_skipped",
-            "h1",
-            "Read the named NICs",
-            "network_tuning",
-            {"skipped": True, "false_condition": "network_tuning_root == '/'"},
-            f"{NICS_YML}:{_nic_task_line()}",
-        ),
-    ]
-    for event in events:
+        # ansible-runner's skipped events carry no result: the condition comes from the task file.
+        _event("runner_on_skipped", "h1", "Read the named NICs", "network_tuning", None, NIC_READ),
+    ]:
         watch(event)
     progress = stream.getvalue()
     assert "gpufleet: remediating: role host_tuning" in progress
     assert "h1: changed: host_tuning: Set vm.swappiness" in progress
 
-    failing = [_finding("SW-CUDA-001", "nvidia_driver"), _finding("NET-RING-001", "network_tuning")]
-    before = {"run": {"id": "a"}, "hosts": {"h1": _host([*failing, _finding("HOST-MEM-002", "host_tuning")])}}
-    after = {"run": {"id": "b"}, "hosts": {"h1": _host([*failing, _finding("HOST-MEM-002", "host_tuning", "pass")])}}
-    summary = watch.summary(before, after)
+    summary = _remediation(
+        watch, [_finding("SW-CUDA-001", "nvidia_driver"), _finding("NET-RING-001", "network_tuning")]
+    )
     assert summary["hosts"]["h1"]["not_applied"] == {
         "SW-CUDA-001": "skipped: opt-in role (nvidia_driver: set gpufleet_driver_enabled: true)",
-        "NET-RING-001": "not applicable on a simulated host (network_tuning_root is not '/': devices are left alone)",
+        "NET-RING-001": "not applicable on a simulated host (network_tuning_root is not '/': devices are tuned only "
+        "on the real root)",
     }
     text = remediate.render_remediation(summary)
     assert "still failing" not in text
     assert "skipped: opt-in role (nvidia_driver: set gpufleet_driver_enabled: true): SW-CUDA-001" in text
     assert "not applicable on a simulated host" in text and "NET-RING-001" in text
     assert text.startswith("h1: fixed HOST-MEM-002;")
+
+
+def test_on_the_real_root_a_skipped_nic_task_is_not_called_simulated():
+    """The same events on a host whose network_tuning_root is '/' (or unset): no simulated-host excuse; the role's
+    own explanation (a debug task tagged with the rule) is given when it ran, else "still failing"."""
+    failing = [_finding("NET-RING-001", "network_tuning")]
+    skipped = _event("runner_on_skipped", "h1", "Read the named NICs", "network_tuning", None, NIC_READ)
+    watch = remediate.Watcher(stream=io.StringIO(), roots={"h1": {}})
+    watch(skipped)
+    text = remediate.render_remediation(_remediation(watch, failing))
+    assert "still failing (auto-fixable): NET-RING-001" in text and "simulated" not in text
+
+    said = "No NIC is named in the policy's network.interfaces: rings are left alone. Name the data NICs."
+    explained = _event(
+        "runner_on_ok",
+        "h1",
+        "Say that no NIC is named",
+        "network_tuning",
+        {"msg": said},
+        NIC_NONE,
+        "ansible.builtin.debug",
+    )
+    watch = remediate.Watcher(stream=io.StringIO(), roots={"h1": {"network_tuning_root": "/"}})
+    for event in (explained, skipped):
+        watch(event)
+    text = remediate.render_remediation(_remediation(watch, failing))
+    assert (
+        "left alone by role network_tuning: No NIC is named in the policy's network.interfaces: rings are left "
+        "alone.: NET-RING-001" in text
+    )
 
 
 def test_fixed_nothing_only_when_nothing_changed():
@@ -283,24 +316,35 @@ def test_fixed_nothing_only_when_nothing_changed():
     assert unchanged.startswith("h1: fixed nothing; still failing (auto-fixable): HOST-MEM-002")
 
 
-def test_a_rule_tag_is_found_from_the_task_path():
-    tags = runner.task_tags(f"{NICS_YML}:{_nic_task_line()}")
-    assert "NET-RING-001" in tags
+def test_a_task_is_found_from_its_task_path():
+    info = runner.task_info(NIC_READ)
+    assert "NET-RING-001" in info.tags and "network_tuning_root == '/'" in info.when
     assert runner.task_tags(None) == () and runner.task_tags("/no/such/file.yml:3") == ()
 
 
-def test_task_tags_include_the_blocks_around_a_task(tmp_path):
+def test_task_tags_and_conditions_include_the_blocks_around_a_task(tmp_path):
     tasks = tmp_path / "tasks.yml"
     tasks.write_text(
         textwrap.dedent(
             """\
             - name: A block
               tags: [outer]
+              when: x_root == '/'
               block:
                 - name: Inner
                   ansible.builtin.debug: {}
                   tags: HOST-MEM-002
+                  when: [a, b]
             """
         )
     )
-    assert runner.task_tags(f"{tasks}:4") == ("outer", "HOST-MEM-002")
+    assert runner.task_info(f"{tasks}:5") == runner.TaskInfo(("outer", "HOST-MEM-002"), ("x_root == '/'", "a", "b"))
+
+
+def test_check_mode_does_not_promise_what_will_be_left_alone():
+    watch = remediate.Watcher(check=True, stream=io.StringIO(), roots={"h1": {}})
+    watch(_event("runner_on_ok", "h1", "Set vm.swappiness", "host_tuning", {"changed": True}))
+    before = {"run": {"id": "a"}, "hosts": {"h1": _host([_finding("SW-CUDA-001", "nvidia_driver")])}}
+    text = remediate.render_remediation(watch.summary(before, None))
+    assert text.startswith("h1: would fix nothing; 1 task(s) would change; skipped: opt-in role"), text
+    assert "h1: would change: host_tuning: Set vm.swappiness" in watch.stream.getvalue()

@@ -61,55 +61,43 @@ def _fixable(finding: dict[str, Any]) -> bool:
 # Roles remediate.yml runs only when asked (the variable that turns each on).
 OPT_IN_ROLES = {"nvidia_driver": "gpufleet_driver_enabled"}
 _RULE_TAG = re.compile(r"^[A-Z]+-[A-Z]+-\d{3}$")
-# A role's `<role>_root` points it at a tree other than the real root (a fixture tree, a simulated host): tasks
-# that change devices rather than files (NICs) run only with the real root, '/'.
-_ROOT_CONDITION = re.compile(r"\b(\w+_root)\s*==\s*['\"]/['\"]")
+# A role's `<role>_root` points it at a tree other than the real root: a fixture tree, a simulated host. Tasks that
+# change devices rather than files (NICs) run only on the real root: `when: <role>_root == '/'`.
+_ROOT_CONDITION = re.compile(r"^\s*(\w+_root)\s*==\s*['\"]/['\"]\s*$")
+_DEBUG_ACTIONS = ("ansible.builtin.debug", "debug", "ansible.legacy.debug")
 
 
 def _role_name(role: Any) -> str:
     return str(role or "").rsplit(".", 1)[-1]
 
 
-def why_not_applied(
-    rule: str, role: str, host_roles: set[str] | None, host_skips: dict[str, list[str]] | None
-) -> str | None:
-    """Why a rule still fails after a remediation that did not touch it, or None when nothing says so (then it is
-    "still failing (auto-fixable)"). ``host_roles``: the roles that ran tasks on the host (None: not known);
-    ``host_skips``: rule id -> the conditions under which the role skipped a task tagged with it."""
-    if host_roles is None:
-        return None
-    if role not in host_roles:
-        if role in OPT_IN_ROLES:
-            return f"skipped: opt-in role ({role}: set {OPT_IN_ROLES[role]}: true)"
-        return f"not run: role {role} did not run (--tags, --limit or a failure before it)"
-    conditions = (host_skips or {}).get(rule) or []
-    for condition in conditions:
-        match = _ROOT_CONDITION.search(condition)
-        if match:
-            return f"not applicable on a simulated host ({match.group(1)} is not '/': devices are left alone)"
-    if conditions:
-        return f"skipped by role {role} ({conditions[0]} was false)"
-    return None
+def _first_sentence(text: str) -> str:
+    text = " ".join(str(text).split())
+    end = text.find(". ")
+    return text[: end + 1] if end > 0 else text
 
 
 class Watcher:
     """Follows the remediation playbook's events: progress on stderr (``stream``), each host's changed tasks, the
-    facts the playbook sets (reboot, role overrides, refused changes), the roles that ran on each host and the
-    rule-tagged tasks a role skipped, with the condition (``summary`` turns these into the per-host summary).
+    facts the playbook sets (reboot, role overrides, refused changes), the roles that ran on each host, and the
+    rule-tagged tasks a role skipped or used to explain itself (``summary`` turns these into the per-host summary).
 
     Changed tasks are listed by their display name (for a person to read); what the summary decides on comes from
-    the facts the playbook sets, the events' role and the tasks' rule-id tags."""
+    the facts the playbook sets, the events' role and the tasks' rule-id tags and conditions (read from the task
+    files: ansible-runner's events carry neither). ``roots``: host -> {"<role>_root": value} as the inventory sets
+    them (``preflight.host_variables``)."""
 
-    def __init__(self, check: bool = False, stream=None):
+    def __init__(self, check: bool = False, stream=None, roots: dict[str, dict[str, Any]] | None = None):
         self.check = check
         self.stream = stream
+        self.roots = roots or {}
         self.changes: dict[str, list[str]] = {}
         self.reboot: dict[str, bool] = {}
         self.overrides: dict[str, list[dict[str, Any]]] = {}
         self.blocked: dict[str, list[str]] = {}
         self.roles: dict[str, set[str]] = {}
-        self.skips: dict[str, dict[str, list[str]]] = {}
-        self.tasks = 0
+        self.root_only: dict[str, dict[str, str]] = {}  # host -> rule -> the `<role>_root` its skipped task needs
+        self.explained: dict[str, dict[str, str]] = {}  # host -> rule -> what the role said about leaving it
         self.role: str | None = None
 
     def say(self, line: str) -> None:
@@ -121,10 +109,11 @@ class Watcher:
             self.stream = False
 
     def __call__(self, event: dict[str, Any]) -> None:
+        from gpufleet.runner import action_of, task_info
+
         kind = event.get("event")
         data = event.get("event_data") or {}
         if kind == "playbook_on_task_start":
-            self.tasks += 1
             role = _role_name(data.get("role"))
             if role and role != self.role:
                 self.say(f"gpufleet: remediating: role {role}")
@@ -135,19 +124,25 @@ class Watcher:
             return
         res = data.get("res") or {}
         role = _role_name(data.get("role"))
-        if role:
-            self.roles.setdefault(host, set()).add(role)
         self.roles.setdefault(host, set())
+        if role:
+            self.roles[host].add(role)
         task = data.get("task", "")
         where = f"{role}: {task}" if role else task
+        if role and kind in ("runner_on_skipped", "runner_on_ok"):
+            info = task_info(data.get("task_path"))
+            rules = [t for t in info.tags if _RULE_TAG.match(t)]
+            if kind == "runner_on_skipped":
+                for condition in info.when:
+                    match = _ROOT_CONDITION.match(condition)
+                    if match and match.group(1) == f"{role}_root":
+                        for rule in rules:
+                            self.root_only.setdefault(host, {})[rule] = match.group(1)
+            elif action_of(data) in _DEBUG_ACTIONS and res.get("msg"):
+                # A role explains, with a debug task tagged with the rule ids, why it leaves them alone.
+                for rule in rules:
+                    self.explained.setdefault(host, {})[rule] = _first_sentence(res["msg"])
         if kind == "runner_on_skipped":
-            condition = res.get("false_condition")
-            if role and condition:
-                from gpufleet.runner import task_tags
-
-                for tag in task_tags(data.get("task_path")):
-                    if _RULE_TAG.match(tag):
-                        self.skips.setdefault(host, {}).setdefault(tag, []).append(str(condition))
             return
         if kind == "runner_on_unreachable":
             self.say(f"  {host}: UNREACHABLE at {where}")
@@ -166,6 +161,27 @@ class Watcher:
         if isinstance(facts.get("gpufleet_blocked"), list):
             self.blocked[host] = [str(m) for m in facts["gpufleet_blocked"]]
 
+    def why_not_applied(self, host: str, rule: str, role: str) -> str | None:
+        """Why a fixable finding was left alone on ``host``, or None when nothing says so (then it is "still
+        failing (auto-fixable)"): its role is opt-in and was not turned on, or did not run; its task needs the real
+        root and the host's ``<role>_root`` is a tree (a simulated host); the role said why (a debug task tagged
+        with the rule)."""
+        ran = self.roles.get(host)
+        if ran is None:  # no event from this host: nothing is known
+            return None
+        if role not in ran:
+            if role in OPT_IN_ROLES:
+                return f"skipped: opt-in role ({role}: set {OPT_IN_ROLES[role]}: true)"
+            return f"not run: role {role} did not run (--tags, or a failure before it)"
+        var = (self.root_only.get(host) or {}).get(rule)
+        root = (self.roots.get(host) or {}).get(var) if var else None
+        if var and root not in (None, "/"):
+            return f"not applicable on a simulated host ({var} is not '/': devices are tuned only on the real root)"
+        said = (self.explained.get(host) or {}).get(rule)
+        if said:
+            return f"left alone by role {role}: {said}"
+        return None
+
     def not_applied(self, before: dict[str, Any]) -> dict[str, dict[str, str]]:
         """host -> {rule id: why the remediation left it alone} for each auto-fixable finding of ``before``."""
         from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import schema
@@ -174,7 +190,7 @@ class Watcher:
         for name, host in before["hosts"].items():
             for f in schema.host_findings(host):
                 if schema.is_finding(f) and _fixable(f):
-                    why = why_not_applied(f["rule"], f["fix"]["role"], self.roles.get(name), self.skips.get(name))
+                    why = self.why_not_applied(name, f["rule"], f["fix"]["role"])
                     if why:
                         out.setdefault(name, {})[f["rule"]] = why
         return out
@@ -237,6 +253,10 @@ def remediation_summary(
             entry["remaining_auto"] = sorted(r for r, f in now.items() if _fixable(f))
             entry["remaining_manual"] = sorted(r for r, f in now.items() if not _fixable(f))
             entry["new"] = judged["new"]
+            # Only what still fails needs a reason (a rule fixed by another of its tasks needs none).
+            entry["not_applied"] = {r: why for r, why in entry["not_applied"].items() if r in entry["remaining_auto"]}
+        if check:
+            entry["not_applied"] = {r: why for r, why in entry["not_applied"].items() if r in entry["would_fix"]}
         hosts[name] = entry
     return {
         "check": check,
@@ -259,11 +279,22 @@ def render_remediation(summary: dict[str, Any]) -> str:
     for name, h in summary["hosts"].items():
         lines.extend(_render_overrides(name, h))
         lines.extend(f"{name}: refused: {message}" for message in h.get("blocked") or [])
+        not_applied = h.get("not_applied") or {}
+        by_reason: dict[str, list[str]] = {}
+        for rule, reason in sorted(not_applied.items()):
+            by_reason.setdefault(reason, []).append(rule)
+        reasons = [f"{reason}: {', '.join(rules)}" for reason, rules in by_reason.items()]
         if summary["check"]:
+            would = [r for r in h["would_fix"] if r not in not_applied]
             lines.append(
-                f"{name}: would fix {', '.join(h['would_fix']) or 'nothing'}; "
-                f"{len(h['changed_tasks'])} task(s) would change"
-                + (f"; manual: {', '.join(h['manual'])}" if h["manual"] else "")
+                "; ".join(
+                    [
+                        f"{name}: would fix {', '.join(would) or 'nothing'}",
+                        f"{len(h['changed_tasks'])} task(s) would change",
+                        *reasons,
+                        *([f"manual: {', '.join(h['manual'])}"] if h["manual"] else []),
+                    ]
+                )
             )
             continue
         if h["fixed"] is None:
@@ -281,15 +312,10 @@ def render_remediation(summary: dict[str, Any]) -> str:
             parts = ["fixed nothing"]
         if h.get("unverified"):
             parts.append(f"unverified (skipped, errored or not run afterwards): {', '.join(h['unverified'])}")
-        not_applied = h.get("not_applied") or {}
         still = [r for r in h["remaining_auto"] if r not in not_applied]
         if still:
             parts.append(f"still failing (auto-fixable): {', '.join(still)}")
-        by_reason: dict[str, list[str]] = {}
-        for rule in h["remaining_auto"]:
-            if rule in not_applied:
-                by_reason.setdefault(not_applied[rule], []).append(rule)
-        parts.extend(f"{reason}: {', '.join(rules)}" for reason, rules in by_reason.items())
+        parts.extend(reasons)
         if h["remaining_manual"]:
             parts.append(f"needs a person: {', '.join(h['remaining_manual'])}")
         if h["new"]:
@@ -326,7 +352,9 @@ def run(args: argparse.Namespace) -> int:
     if before is None:
         return exits.EXIT_HOSTS
     before.pop("_files")
-    watch = Watcher(check=args.check)
+    roles = sorted({f["fix"]["role"] for h in before["hosts"].values() for f in h["findings"] if _fixable(f)})
+    roots = preflight.host_variables(args.inventory, args.limit, [f"{role}_root" for role in roles])
+    watch = Watcher(check=args.check, roots=roots)
     lock_vars = {"gpufleet_lock_timeout": args.lock_timeout} if args.lock_timeout is not None else {}
     print(f"gpufleet: remediating{' (check mode)' if args.check else ''}, run {run_id}", file=sys.stderr)
     result = run_playbook(
