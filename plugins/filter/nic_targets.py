@@ -14,7 +14,7 @@ description:
     arguments for M(gpufleet.tuning.nic_settings), each only when it should be passed.
   - MTU - an explicit O(mtu) is set as given; otherwise what NET-MTU-001 judges, by the audit's own function
     (rules.network.mtu_expectation) - the MTU O(mtu_policy) declares for the NIC's name or glob is set exactly
-    (raised or lowered: the network's MTU), else the NIC is raised to O(min_mtu) when below it and never lowered;
+    (raised or lowered to the network's MTU), else the NIC is raised to O(min_mtu) when below it and never lowered;
     with neither declared the MTU is left alone (the audit then flags only an MTU below 1280, and only the
     operator knows the network's MTU). Offloads - only features the NIC has and can change.
   - Rings - C(max) or a number per side, only on a NIC whose receive-ring drop counters NET-RING-001 flags
