@@ -101,8 +101,9 @@ HOSTS = {
         "gpu": ("h100", 8, "550", busy(8) + ["gpu.3.pcie_width_current=8"]),
         "host": {},
     },
-    # Driver 535 (CUDA 12.2) with a CUDA 12.4 toolkit installed.
-    "fra-a100-02": {"group": "eu_west", "gpu": ("a100", 8, "535", []), "host": {}, "toolkits": ["12.2.2", "12.4.1"]},
+    # Driver 535 (CUDA 12.2) with a CUDA 13.0 toolkit installed: 13.x needs driver 580 or newer (a 12.4 toolkit would
+    # only be a minor-version gap, a low warning: CUDA minor-version compatibility).
+    "fra-a100-02": {"group": "eu_west", "gpu": ("a100", 8, "535", []), "host": {}, "toolkits": ["12.2.2", "13.0.1"]},
     # Power limit capped at 250 W.
     "iad-h100-01": {
         "group": "us_east",
