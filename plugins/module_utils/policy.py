@@ -244,12 +244,6 @@ def _validate_links(policy):
             raise PolicyError("policy.%s.port: must be 1-65535, got %r" % (path, port))
 
 
-def _validate_power(policy):
-    power = policy.get("power") or {}
-    if power.get("limit_w") is not None and power.get("limit_pct") is not None:
-        raise PolicyError("policy.power.limit_w and policy.power.limit_pct: set at most one of them, got %r W and "
-                          "%r %% (a later layer that switches kind sets the other to null)"
-                          % (power["limit_w"], power["limit_pct"]))
 def _validate_mtu(policy):
     """network.mtu: {name or glob: MTU or null}; MTUs and network.min_mtu between 68 (IPv4 minimum) and 65535."""
     net = policy.get("network") or {}
@@ -266,6 +260,12 @@ def _validate_mtu(policy):
         raise PolicyError("policy.network.min_mtu: an MTU is an integer from 68 to 65535 (or null), got %r" % value)
 
 
+def _validate_power(policy):
+    power = policy.get("power") or {}
+    if power.get("limit_w") is not None and power.get("limit_pct") is not None:
+        raise PolicyError("policy.power.limit_w and policy.power.limit_pct: set at most one of them, got %r W and "
+                          "%r %% (a later layer that switches kind sets the other to null)"
+                          % (power["limit_w"], power["limit_pct"]))
     for key in ("limit_w", "limit_pct"):
         if power.get(key) is not None and power[key] <= 0:
             raise PolicyError("policy.power.%s: must be a number > 0 (or null: no cap declared), got %r"
@@ -295,13 +295,13 @@ def validate(overrides, known_rules=None):
     _validate_section(SPEC, overrides, "")
     policy = merge(DEFAULTS, overrides)
     _validate_links(policy)
+    _validate_mtu(policy)
     _validate_power(policy)
     _validate_rules(policy, known_rules)
     return policy
 
 
 def documented(spec=None, prefix=""):
-    _validate_mtu(policy)
     """(path, default, doc) for every policy key, for the README and `gpufleet policy`."""
     spec = SPEC if spec is None else spec
     rows = []

@@ -194,6 +194,13 @@ HEALTHY = {
                 "numa_node": node,
                 "physical": True,
                 "rings": {"rx": 8192, "tx": 8192, "rx_max": 8192, "tx_max": 8192},
+                # nic_info's two ethtool -S readings of the ring-drop counters, one second apart.
+                "drops": {
+                    "interval_s": 1.0,
+                    "ring": {"rx_out_of_buffer": {"total": 0, "delta": 0}},
+                    "other": {"rx_discards_phy": {"total": 0, "delta": 0}},
+                    "allowance": {},
+                },
                 "offloads": {
                     "tcp-segmentation-offload": True,
                     "generic-segmentation-offload": True,
@@ -214,13 +221,6 @@ HEALTHY = {
         "tcp": {
             "rmem": [4096, 131072, 134217728],
             "wmem": [4096, 16384, 134217728],
-                # nic_info's two ethtool -S readings of the ring-drop counters, one second apart.
-                "drops": {
-                    "interval_s": 1.0,
-                    "ring": {"rx_out_of_buffer": {"total": 0, "delta": 0}},
-                    "other": {"rx_discards_phy": {"total": 0, "delta": 0}},
-                    "allowance": {},
-                },
             "rmem_max": 134217728,
             "wmem_max": 134217728,
             "congestion_control": "bbr",
