@@ -31,13 +31,13 @@ def check_params(module):
         module.fail_json(msg="nvidia_smi_path: no such file: %s" % params["nvidia_smi_path"])
 
 
-def _read_pynvml(module, fs, library):
+def _read_pynvml(module, fs, library, sample_seconds):
     try:
         nv = nvml.load_pynvml(library)
     except OSError as exc:
         module.fail_json(msg="nvml_library: cannot load %s: %s" % (library, exc))
     try:
-        driver, gpus = nvml.collect(nv, fs)
+        driver, gpus = nvml.collect(nv, fs, sample_seconds=sample_seconds)
     except nvml.NvmlUnavailable as exc:
         # The NVML error's name (LibRmVersionMismatch, DriverNotLoaded, ...) is a finding of its own (SW-KMOD-001).
         cause = exc.__cause__
@@ -68,15 +68,16 @@ def _read_nvidia_smi(module, binary, pynvml_error=None):
             gpus)
 
 
-def read(module, fs):
-    """{nvml, driver, gpus, gpu_count} as gpu_info documents them."""
+def read(module, fs, sample_seconds=nvml.SAMPLE_SECONDS):
+    """{nvml, driver, gpus, gpu_count} as gpu_info documents them. ``sample_seconds``: the time between the two
+    readings of the GPUs' error counters (0: one reading, no increase)."""
     params = module.params
     backend = params["backend"]
     if backend == "nvidia-smi":
         status, driver, gpus = _read_nvidia_smi(module, params["nvidia_smi_path"])
     else:
         try:
-            status, driver, gpus = _read_pynvml(module, fs, params["nvml_library"])
+            status, driver, gpus = _read_pynvml(module, fs, params["nvml_library"], sample_seconds)
         except ImportError:
             if backend == "pynvml":
                 module.fail_json(msg="backend=pynvml but pynvml cannot be imported on the target "

@@ -47,7 +47,9 @@ options:
     type: list
     elements: str
   sample_seconds:
-    description: Interval over which swap-in and swap-out rates are sampled; V(0) disables sampling.
+    description:
+      - Interval over which swap-in and swap-out rates, the GPUs' error counters (NVLink, PCIe replay) and the NICs'
+        ring-drop counters are sampled (the three samples overlap); V(0) disables sampling.
     type: float
     default: 1.0
   kernel_log:
@@ -173,6 +175,7 @@ policy:
 """
 
 import os
+import threading
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.tuning.plugins.module_utils import commands, gpu, host, links, nic, rules
@@ -230,18 +233,42 @@ def main():
 
     facts = {"gpu": None, "host": None, "network": None}
 
+    ethtool = (ethtool_path or module.get_bin_path("ethtool")) if "network" in params["gather"] else None
+
+    def network():
+        facts["network"] = nic.collect(fs, run, interfaces=interfaces, ethtool=ethtool,
+                                       ethtool_missing=None if ethtool else "ethtool not found in PATH",
+                                       stats_interval=params["sample_seconds"])
+
     def gpu_and_network():
-        if "gpu" in params["gather"]:
-            facts["gpu"] = gpu.read(module, fs)
+        # The GPUs' error counters and the NICs' drop counters are each read twice, sample_seconds apart: the NIC
+        # reads run in a thread while NVML is read here, so the two waits overlap (the module itself, fail_json
+        # included, is only used from this thread).
+        worker = errors = None
         if "network" in params["gather"]:
-            ethtool = ethtool_path or module.get_bin_path("ethtool")
-            facts["network"] = nic.collect(fs, run, interfaces=interfaces, ethtool=ethtool,
-                                           ethtool_missing=None if ethtool else "ethtool not found in PATH")
+            errors = []
+
+            def guarded():
+                try:
+                    network()
+                except Exception as exc:  # re-raised below, in the module's thread
+                    errors.append(exc)
+
+            worker = threading.Thread(target=guarded, name="gpufleet-nic")
+            worker.start()
+        try:
+            if "gpu" in params["gather"]:
+                facts["gpu"] = gpu.read(module, fs, sample_seconds=params["sample_seconds"])
+        finally:
+            if worker is not None:
+                worker.join()
+        if errors:
+            raise errors[0]
 
     if "host" in params["gather"]:
         # The swap-rate sample (sample_seconds) is a wait on the target: the GPU (NVML start-up can take seconds
-        # on a host without persistence mode) and NIC reads run inside it, so the audit takes about the longer of
-        # the two instead of their sum.
+        # on a host without persistence mode) and NIC reads, with their own counter samples, run inside it, so the
+        # audit takes about the longest of them instead of their sum.
         facts["host"] = host.collect(fs, run=run, sample_seconds=params["sample_seconds"],
                                      kernel_log=params["kernel_log"], kernel_log_file=params["kernel_log_file"],
                                      kernel_log_lines=params["kernel_log_lines"],
