@@ -249,10 +249,29 @@ gpus:
         C(mask) (hex), C(active) reason names, and C(throttling), the subset that means power or thermal throttling.
       type: dict
     temperature: {description: "C(gpu) now and the C(slowdown), C(shutdown), C(gpu_max) thresholds.", type: dict}
-    pcie: {description: "C(gen_current), C(width_current), C(gen_max), C(width_max).", type: dict}
+    pcie:
+      description: >-
+        C(gen_current), C(width_current), C(gen_max), C(width_max); C(replay_count) (cumulative PCIe replays),
+        C(replay_increase) over C(sample_seconds) between two readings (null with a single reading).
+      type: dict
     compute_mode: {description: "default, exclusive_process or prohibited.", type: str}
     mig: {description: MIG mode C(current) and C(pending)., type: dict}
-    nvlink: {description: NVLink links C(up) of C(total)., type: dict}
+    nvlink:
+      description: >-
+        NVLink links C(up) of C(total) and the C(down) link numbers; C(errors) (CRC flit, CRC data, replay, recovery
+        counts summed over the links) and C(errors_increase) over C(sample_seconds) between two readings.
+      type: dict
+    fabric:
+      description: >-
+        GPU fabric probe on NVSwitch systems (nvmlDeviceGetGpuFabricInfoV) - C(state) (not_started, in_progress,
+        completed), C(status) (once completed), C(health_mask), C(health_problems); null where not supported.
+      type: dict
+    recovery_action:
+      description: >-
+        The recovery NVML asks for (field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION), e.g. none, gpu_reset, node_reboot,
+        drain_p2p, drain_and_reset; null on drivers without the field.
+      type: str
+    vbios_version: {description: VBIOS version., type: str, sample: "96.00.5E.00.01"}
     cpu_affinity: {description: CPUs close to the GPU in cpulist form., type: str, sample: "0-55,112-167"}
     numa_node: {description: NUMA node of the GPU., type: int}
     processes: {description: "Compute processes, C(pid) and C(used_memory_mib).", type: list}
