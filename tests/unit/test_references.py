@@ -86,3 +86,18 @@ def test_html_finding_and_catalog_link_the_sources():
     # links navigate; nothing is loaded from outside (the CSP still forbids every fetch)
     assert not re.search(r'(src|action|srcset|data)="https?://', page)
     assert "default-src 'none'" in page
+
+
+def test_every_numeric_threshold_says_where_it_comes_from():
+    """A threshold of ours names its basis (docs/thresholds.md): every numeric policy key is listed there."""
+    from ansible_collections.gpufleet.tuning.plugins.module_utils import policy
+
+    text = (REPO / "docs" / "thresholds.md").read_text(encoding="utf-8")
+    numeric = [
+        path
+        for path, default, _doc in policy.documented()
+        if isinstance(default, (int, float)) and not isinstance(default, bool)
+    ]
+    assert numeric, "no numeric policy key found"
+    missing = [path for path in numeric if f"`{path}`" not in text]
+    assert not missing, f"docs/thresholds.md does not say where these come from: {missing}"
