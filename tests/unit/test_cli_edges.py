@@ -198,7 +198,8 @@ def _subcommands():
 
 
 @pytest.mark.parametrize("argv", _subcommands(), ids=" ".join)
-def test_every_subcommand_help_has_a_description_and_an_example(argv, capsys):
+def test_every_subcommand_help_has_a_description_and_an_example(argv, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")  # what argparse wraps the options to
     with pytest.raises(SystemExit) as exc:
         cli.main([*argv, "--help"])
     assert exc.value.code == 0
@@ -206,6 +207,8 @@ def test_every_subcommand_help_has_a_description_and_an_example(argv, capsys):
     usage, _, rest = text.partition("\n\n")
     assert rest.split("\n\n")[0].strip() and not rest.startswith(("positional", "options")), text
     assert "examples:\n  gpufleet " + argv[0] in text, text
+    assert "\nexit codes: 0 " in text
+    assert max(len(line) for line in text.splitlines()) <= 100
 
 
 # 6. The remediation summary says why a fixable finding was left alone, and shows progress.

@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         examples="""
   gpufleet audit                                         # this machine (inventories/local)
   gpufleet audit -i inventories/prod -i inventories/lab -l gpu_a100 --policy site-policy.yml
-  gpufleet audit -i inventories/prod --fail-on high      # exit 1 when a high or critical finding fails
+  gpufleet audit -i inventories/prod --fail-on high   # exit 1 if a high or critical finding fails
 """,
     )
     options.fleet(parser)

@@ -19,6 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
   gpufleet catalog | less
   gpufleet catalog --markdown > rules.md
 """,
+        exit_codes=options.READ_ONLY_EXIT_CODES,
     )
     catalog.add_argument("--markdown", action="store_true", help="a Markdown table (the README's) instead of text")
     catalog.set_defaults(func=run_catalog)
@@ -32,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         examples="""
   gpufleet policy | grep memory
 """,
+        exit_codes=options.READ_ONLY_EXIT_CODES,
     )
     policy.set_defaults(func=run_policy)
 

@@ -169,18 +169,25 @@ def exit_with_reason(report: dict[str, Any], fail_on: str, when: str = "") -> in
     return code
 
 
-def command(sub: argparse._SubParsersAction, name: str, help: str, description: str, examples: str):
-    """A sub-command whose --help has a description and examples (the epilog), exit codes included."""
+def command(
+    sub: argparse._SubParsersAction, name: str, help: str, description: str, examples: str, exit_codes: str = ""
+):
+    """A sub-command whose --help has a description, examples and its exit codes (the epilog), within 100
+    columns (the examples are kept as written)."""
+    import textwrap
+
+    codes = textwrap.fill("exit codes: " + (exit_codes or EXIT_CODES), width=100, subsequent_indent="  ")
     return sub.add_parser(
         name,
         help=help,
-        description=description,
-        epilog="examples:\n" + examples.strip("\n") + "\n\n" + EXIT_CODES,
+        description=textwrap.fill(description, width=100),
+        epilog="examples:\n" + examples.strip("\n") + "\n\n" + codes,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 
 
 EXIT_CODES = (
-    "exit codes: 0 clean, 1 findings at or above --fail-on, 2 hosts not audited or failed, 3 usage error, "
-    "130 interrupted"
+    "0 clean, 1 findings at or above --fail-on, 2 hosts not audited or failed, 3 usage error, 130 interrupted, "
+    "141 the output's reader went away (SIGPIPE)"
 )
+READ_ONLY_EXIT_CODES = "0 done, 3 usage error, 141 the output's reader went away (SIGPIPE)"

@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         examples="""
   gpufleet remediate -i inventories/prod --check --diff     # what would change, changing nothing
   gpufleet remediate -i inventories/prod -l gpu01 --tags memory,HOST-CPU-001
-  gpufleet remediate -i inventories/prod --fail-on high     # exit 1 when high findings still fail afterwards
+  gpufleet remediate -i inventories/prod --fail-on high     # exit 1 if high findings still fail
 """,
     )
     options.fleet(parser, inventory_required=True)

@@ -24,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         examples="""
   gpufleet report diff reports/20261130T080000Z reports/latest
 """,
+        exit_codes=options.READ_ONLY_EXIT_CODES,
     )
     report_sub = parser.add_subparsers(dest="report_command", required=True)
     rdiff = options.command(
@@ -38,6 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
   gpufleet report diff reports/20261130T080000Z reports/latest
   gpufleet report diff before/report.json after/report.json
 """,
+        exit_codes="0 compared, 3 usage error (a file that is not a gpufleet report), 141 the output's reader went "
+        "away (SIGPIPE)",
     )
     rdiff.add_argument("old", help="the earlier report: report.json or a run directory")
     rdiff.add_argument("new", help="the later report: report.json or a run directory")
