@@ -141,3 +141,15 @@ def test_same_policy_says_nothing_about_policies(old, new):
     assert d["policy_sources"] is None
     text = render_diff(d)
     assert "policy files" not in text and "policy changed" not in text and "policy:" not in text
+
+
+def test_a_host_policy_digest_that_differs_is_named(old, new):
+    """Reports whose hosts carry policy_digest (optional) say on which hosts the policy changed."""
+    for report, digest in ((old, "sha256:aaa"), (new, "sha256:bbb")):
+        report["hosts"][A100]["policy_digest"] = digest
+        report["hosts"]["iad-h100-03"]["policy_digest"] = "sha256:same"
+    d = diff_reports(old, new)
+    assert d["policy_hosts"] == [A100]
+    assert f"the policy changed between the runs on: {A100}" in render_diff(d)
+    del new["hosts"][A100]["policy_digest"]  # an older report: nothing to compare
+    assert diff_reports(old, new)["policy_hosts"] == []

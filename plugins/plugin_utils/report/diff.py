@@ -16,7 +16,8 @@ A finding is a rule whose status is fail or warn. For a host in both reports:
 
 Policies: a report records the --policy files of its run (``run.policy_sources``) and, in every finding, the
 target the policy set (``expected``). Different policy files, or a rule judged against a different target, are
-listed (``policy_changes``), so that a finding that went away because the policy changed is not called fixed.
+listed, so that a finding that went away because the policy changed is not called fixed. A host that carries a
+``policy_digest`` (a digest of its effective policy; optional) in both reports is compared by it too.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def diff_reports(old: dict, new: dict) -> dict[str, Any]:
          "only_old": [host names], "only_new": [host names],
          "totals": {"fixed": n, "new": n, "unchanged": n, "unverified": n, "policy": n},
          "runs": {"old": run id, "new": run id},
-         "policy_sources": {"old": [paths], "new": [paths]} or None when the same}
+         "policy_sources": {"old": [paths], "new": [paths]} or None when the same,
+         "policy_hosts": [host names whose policy_digest differs]}
 
     Rule id lists are sorted; ``rules`` describes each listed rule (``old``/``new``: its status in each report,
     None where absent), taking title, area and severity from the new report where it has the rule.
@@ -69,6 +71,15 @@ def diff_reports(old: dict, new: dict) -> dict[str, Any]:
     }
     sources = [_policy_sources(old), _policy_sources(new)]
     result["policy_sources"] = None if sources[0] == sources[1] else {"old": sources[0], "new": sources[1]}
+    result["policy_hosts"] = sorted(
+        name
+        for name in set(old_hosts) & set(new_hosts)
+        if isinstance(old_hosts[name], dict)
+        and isinstance(new_hosts[name], dict)
+        and old_hosts[name].get("policy_digest")
+        and new_hosts[name].get("policy_digest")
+        and old_hosts[name]["policy_digest"] != new_hosts[name]["policy_digest"]
+    )
     for name in sorted(set(old_hosts) & set(new_hosts)):
         result["hosts"][name] = diff_host(old_hosts[name], new_hosts[name])
         for bucket in BUCKETS:
@@ -145,6 +156,8 @@ def render_diff(d: dict) -> str:
             f"{', '.join(clean(s) for s in sources['old']) or 'none'} -> "
             f"{', '.join(clean(s) for s in sources['new']) or 'none'} (a finding gone for that is not fixed)"
         )
+    if d.get("policy_hosts"):
+        out.append("the policy changed between the runs on: " + ", ".join(clean(n) for n in d["policy_hosts"]))
     retargeted = sum(
         1 for h in (d.get("hosts") or {}).values() for r in (h.get("rules") or {}).values() if r.get("expected")
     )
