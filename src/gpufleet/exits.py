@@ -2,7 +2,8 @@
 
 0 clean, 1 findings at or above --fail-on, 2 hosts unreachable, failed or timed out, 3 usage error (bad inventory,
 policy file or report directory), 130 interrupted (SIGINT/SIGTERM: a partial report marked incomplete was written).
-A higher code wins: 130 > 3 > 2 > 1.
+A higher code wins: 130 > 3 > 2 > 1. When the reader of stdout goes away (`| head`), gpufleet dies of SIGPIPE
+quietly, as coreutils and git do: a shell reports 141 (cli.main).
 """
 
 from __future__ import annotations
