@@ -25,6 +25,25 @@ ARGUMENT_SPEC = dict(
 )
 
 
+# The policy layers, lowest first (the audit module merges them in this order; filter effective_policy too).
+POLICY_LAYERS = ("gpufleet_policy", "gpufleet_policy_group", "gpufleet_policy_host", "gpufleet_policy_overrides")
+
+
+def _policy_site(hostvars, name):
+    """The host's ``site`` from its policy layers (the last layer that sets one), or None. A host that did not
+    answer has no audit result to say it; the report still groups it with its site."""
+    site = None
+    try:
+        host = hostvars[name]
+        for layer in POLICY_LAYERS:
+            value = host.get(layer)
+            if isinstance(value, dict) and isinstance(value.get("site"), str) and value["site"]:
+                site = value["site"]
+    except Exception:  # a layer that cannot be templated leaves the site unknown; the audit judges the policy
+        return site
+    return site
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = True
@@ -39,12 +58,13 @@ class ActionModule(ActionBase):
         var = args["result_var"]
         names = args.get("hosts") or task_vars.get("ansible_play_hosts_all") or []
         hostvars = task_vars.get("hostvars", {})
-        results = {}
+        results, sites = {}, {}
         for name in names:
             try:
                 results[str(name)] = hostvars[name].get(var)
             except KeyError:
                 results[str(name)] = None
+            sites[str(name)] = _policy_site(hostvars, name)
         sources = task_vars.get("ansible_inventory_sources") or []
         report = fleet.build_report(
             results,
@@ -52,6 +72,7 @@ class ActionModule(ActionBase):
             inventory=", ".join(str(s) for s in sources) or None,
             limit=task_vars.get("ansible_limit"),
             policy_sources=args.get("policy_sources") or [],
+            sites=sites,
         )
         try:
             writer.check_writable(out_dir)

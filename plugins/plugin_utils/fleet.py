@@ -34,33 +34,34 @@ def plain(value: Any) -> Any:
     return str(value)
 
 
-def _down(status: str, message: str) -> dict:
+def _down(status: str, message: str, site: str | None = None) -> dict:
     return {
         "status": status,
         "message": message,
-        "site": None,
+        "site": site,
         "links": {"source": "none", "peers": []},
         "facts": {},
         "findings": [],
     }
 
 
-def host_entry(result: dict | None, missing: str = "failed") -> dict:
+def host_entry(result: dict | None, missing: str = "failed", site: str | None = None) -> dict:
     """One host of the report from its registered `gpufleet.tuning.audit` result (or its absence).
 
     ``missing``: the status of a host without a result: ``failed`` (skipped, or the play stopped for it) or
-    ``interrupted`` (the run was interrupted before the host answered).
+    ``interrupted`` (the run was interrupted before the host answered). ``site``: the host's site from its policy
+    (inventory), for a host that did not answer: the report still groups it with its site.
     """
     if result is None:
         if missing == "interrupted":
-            return _down("interrupted", "not audited: the run was interrupted before this host answered")
-        return _down("failed", "no audit result (the host was skipped or the run stopped)")
+            return _down("interrupted", "not audited: the run was interrupted before this host answered", site)
+        return _down("failed", "no audit result (the host was skipped or the run stopped)", site)
     timedout = result.get("timedout") if isinstance(result, dict) else None
     if timedout:
         # Ansible's task `timeout:` (gpufleet_host_timeout) fired: a hung host or a link too slow to answer in time.
         # Read only the period: the rest of `timedout` is deprecated and warns when touched.
         period = timedout.get("period") if isinstance(timedout, dict) else None
-        return _down("timeout", "no answer within the per-host timeout (gpufleet_host_timeout = %s s)" % period)
+        return _down("timeout", "no answer within the per-host timeout (gpufleet_host_timeout = %s s)" % period, site)
     result = plain(result)
     if result.get("unreachable"):
         status = "unreachable"
@@ -73,7 +74,7 @@ def host_entry(result: dict | None, missing: str = "failed") -> dict:
         return {
             "status": status,
             "message": msg.splitlines()[0][:500] if msg else status,
-            "site": None,
+            "site": site,
             "links": {"source": "none", "peers": []},
             "facts": {},
             "findings": [],
@@ -82,7 +83,7 @@ def host_entry(result: dict | None, missing: str = "failed") -> dict:
     return {
         "status": "ok",
         "message": None,
-        "site": links.get("site"),
+        "site": links.get("site") or site,
         "links": {
             "source": links.get("source", "none"),
             "peers": [
@@ -103,15 +104,18 @@ def build_report(
     policy_sources: list | None = None,
     complete: bool = True,
     incomplete_reason: str | None = None,
+    sites: dict | None = None,
 ) -> dict:
-    """``results``: inventory host name -> registered audit result (None when the host has none).
+    """``results``: inventory host name -> registered audit result (None when the host has none); ``sites``: host
+    name -> its site from the inventory's policy, so that hosts that did not answer keep their site.
 
     An incomplete report (``complete=False``: the run was interrupted) marks hosts without a result
     ``interrupted`` and says why in ``run.incomplete_reason``.
     """
     finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
     missing = "failed" if complete else "interrupted"
-    hosts = {str(name): host_entry(res, missing) for name, res in sorted(results.items())}
+    sites = sites or {}
+    hosts = {str(name): host_entry(res, missing, sites.get(name)) for name, res in sorted(results.items())}
     return {
         "schema": SCHEMA,
         "tool": {"name": "gpufleet", "version": VERSION},
