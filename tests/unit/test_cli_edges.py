@@ -51,7 +51,7 @@ def test_coreutils_end_the_same_way():
     """What gpufleet imitates, measured on this machine rather than assumed."""
     proc = _pipe("yes | head -1")
     assert (proc.returncode, proc.stderr) == (141, "")
-    proc = _pipe("git --version | head -n 0")
+    proc = _pipe("sh -c 'sleep 0.3; exec git --version' | head -n 0")  # git writes after head has gone
     assert (proc.returncode, proc.stderr) == (141, "")
 
 
