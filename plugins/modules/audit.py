@@ -123,6 +123,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+policy_digest:
+  description: >-
+    C(sha256:) and the SHA-256 of the effective policy (merged and validated, JSON with sorted keys) the host was
+    judged by; two audits with the same digest judged by the same policy.
+  returned: always
+  type: str
 facts:
   description: >-
     C(gpu) (as gpu_info returns it), C(host) (as host_info returns C(host)), C(network) (as nic_info returns
@@ -174,6 +180,8 @@ policy:
   type: dict
 """
 
+import hashlib
+import json
 import os
 import threading
 
@@ -291,6 +299,8 @@ def main():
         links=link_facts,
         findings=findings,
         summary=rules.summarize(findings),
+        # One digest of the policy this host was judged by: `gpufleet report diff` tells a policy change from a fix.
+        policy_digest="sha256:" + hashlib.sha256(json.dumps(policy, sort_keys=True).encode("utf-8")).hexdigest(),
         policy=policy,
     )
 

@@ -93,6 +93,7 @@ def host_entry(result: dict | None, missing: str = "failed", site: str | None = 
         },
         "facts": result.get("facts") or {},
         "findings": result.get("findings") or [],
+        "policy_digest": result.get("policy_digest"),
     }
 
 

@@ -93,6 +93,8 @@ def results(sim_lib, tmp_path_factory, listener):
         },
         "declared": {**common, "test_policy": base["gpufleet_policy"] | {"site": "us_east"}},
         "gpu_only": {**common, "test_gather": ["gpu"], "test_include_facts": False},
+        # The same effective policy written two ways (defaults spelled out vs left out) must digest the same.
+        "defaults_spelled": {**common, "test_gather": ["gpu"], "test_policy": {"memory": {"max_swappiness": 10}}},
         "bad_policy": {**common, "test_policy": {"memory": {"max_swappiness": "high"}}},
         "bad_rule": {**common, "test_policy": {"rules": {"NOPE-001": {"enabled": False}}}},
         "bad_iface": {**common, "test_interfaces": ["eth0;reboot"]},
@@ -106,6 +108,14 @@ def _ok(results, name):
     host = results[name]
     assert host.status == "ok", host.message
     return host.results[TASK]
+
+
+def test_policy_digest_names_the_effective_policy(results):
+    """gpufleet report diff tells a policy change from a fix by this digest of the merged, validated policy."""
+    digests = {name: _ok(results, name)["policy_digest"] for name in ("gpu_only", "defaults_spelled", "declared")}
+    assert all(d.startswith("sha256:") and len(d) == 7 + 64 for d in digests.values())
+    assert digests["gpu_only"] == digests["defaults_spelled"]  # same effective policy, however written
+    assert digests["declared"] != digests["gpu_only"]  # sites and links declared: another policy
 
 
 def test_measured_links_are_used_and_say_so(results):
