@@ -22,6 +22,7 @@ ARGUMENT_SPEC = dict(
     started_at=dict(type="str"),
     policy_sources=dict(type="list", elements="str", default=[]),
     stamp=dict(type="str"),
+    fail_on=dict(type="str", default="none", choices=["critical", "high", "medium", "low", "info", "none"]),
 )
 
 
@@ -87,4 +88,7 @@ class ActionModule(ActionBase):
             worst_severity=fleet.worst_severity(report),
             failing=fleet.failing(report),
         )
+        # The run's verdict, as `gpufleet audit`'s exit code: playbooks/audit.yml fails the run on it.
+        code, reason = fleet.verdict(report, args["fail_on"])
+        result["verdict"] = {"code": code, "reason": reason, "fail_on": args["fail_on"]}
         return result

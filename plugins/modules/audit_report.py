@@ -45,6 +45,14 @@ options:
   stamp:
     description: Name of the run directory; by default the UTC time C(YYYYmmddTHHMMSSZ).
     type: str
+  fail_on:
+    description:
+      - Severity at or above which a failing finding makes the verdict 1 (V(none) - findings never do). Hosts not
+        audited always make it 2. C(playbooks/audit.yml) fails the run on a non-zero verdict, as C(gpufleet audit)
+        exits with it.
+    type: str
+    choices: [critical, high, medium, low, info, none]
+    default: none
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -67,6 +75,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+verdict:
+  description: >-
+    C(code) (0 clean, 1 findings at or above C(fail_on), 2 hosts not audited - the exit codes of C(gpufleet audit)),
+    C(reason) (null when 0) and C(fail_on).
+  returned: success
+  type: dict
+  sample: {code: 2, reason: "exit 2: 1 host not audited (unreachable: 1)", fail_on: none}
 report_dir: {description: The run's report directory., returned: success, type: str}
 files: {description: "Paths of report.json, report.html, junit.xml and gpufleet.prom.", returned: success, type: dict}
 summary: {description: Counts of hosts and findings., returned: success, type: dict}

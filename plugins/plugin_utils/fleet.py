@@ -15,7 +15,17 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
-from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report.schema import SCHEMA, SEVERITIES, summarize
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report.schema import (
+    DOWN_STATUSES,
+    SCHEMA,
+    SEVERITIES,
+    severity_rank,
+    summarize,
+)
+
+# What a run's outcome means for the caller, the same for `gpufleet audit` (its exit code) and for
+# `ansible-playbook playbooks/audit.yml` (the run fails): hosts not audited, then findings at or above fail_on.
+VERDICT_OK, VERDICT_FINDINGS, VERDICT_HOSTS = 0, 1, 2
 VERSION = "0.1.0"
 
 
@@ -152,3 +162,38 @@ def worst_severity(report: dict) -> str | None:
             if f["status"] == "fail" and (worst is None or order[f["severity"]] < order[worst]):
                 worst = f["severity"]
     return worst
+
+
+def verdict(report: dict, fail_on: str = "none") -> tuple[int, str | None]:
+    """``(VERDICT_HOSTS, "exit 2: 1 host not audited (unreachable: 1)")`` when a host was not audited, else
+    ``(VERDICT_FINDINGS, "exit 1: 3 findings at or above high (--fail-on high)")`` when findings fail at or above
+    ``fail_on`` (a severity, or ``none``), else ``(VERDICT_OK, None)``."""
+    hosts = report["summary"]["hosts"]
+    down = {status: hosts.get(status) for status in DOWN_STATUSES if hosts.get(status)}
+    if down:
+        count = sum(down.values())
+        detail = ", ".join("%s: %d" % (status, n) for status, n in down.items())
+        return VERDICT_HOSTS, "exit %d: %d host%s not audited (%s)" % (
+            VERDICT_HOSTS,
+            count,
+            "s" if count != 1 else "",
+            detail,
+        )
+    if fail_on != "none":
+        worst = severity_rank(fail_on)
+        failing = sum(
+            1
+            for h in report["hosts"].values()
+            for f in h["findings"]
+            if f["status"] == "fail" and severity_rank(f["severity"]) <= worst
+        )
+        if failing:
+            noun = "finding" if failing == 1 else "findings"
+            return VERDICT_FINDINGS, "exit %d: %d %s at or above %s (--fail-on %s)" % (
+                VERDICT_FINDINGS,
+                failing,
+                noun,
+                fail_on,
+                fail_on,
+            )
+    return VERDICT_OK, None

@@ -26,26 +26,10 @@ def explain(report: dict[str, Any], fail_on: str) -> tuple[int, str | None]:
     1)")`` when a host was not audited, else ``(EXIT_FINDINGS, "exit 1: 3 findings at or above high")`` when
     findings fail at or above ``fail_on`` (a severity of the report schema, or ``none``), else ``(EXIT_OK, None)``.
     The collection must be importable (``paths.import_collection``)."""
-    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import schema
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils import fleet
 
-    hosts = report["summary"]["hosts"]
-    down = {status: hosts.get(status) for status in schema.DOWN_STATUSES if hosts.get(status)}
-    if down:
-        count = sum(down.values())
-        detail = ", ".join(f"{status}: {n}" for status, n in down.items())
-        return EXIT_HOSTS, f"exit {EXIT_HOSTS}: {count} host{'s' if count != 1 else ''} not audited ({detail})"
-    if fail_on != "none":
-        worst = schema.severity_rank(fail_on)
-        failing = sum(
-            1
-            for h in report["hosts"].values()
-            for f in h["findings"]
-            if f["status"] == "fail" and schema.severity_rank(f["severity"]) <= worst
-        )
-        if failing:
-            noun = "finding" if failing == 1 else "findings"
-            return EXIT_FINDINGS, f"exit {EXIT_FINDINGS}: {failing} {noun} at or above {fail_on} (--fail-on {fail_on})"
-    return EXIT_OK, None
+    # One home for the verdict: playbooks/audit.yml fails the run by the same function (audit_report).
+    return fleet.verdict(report, fail_on)
 
 
 def for_report(report: dict[str, Any], fail_on: str) -> int:

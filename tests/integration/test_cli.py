@@ -151,7 +151,7 @@ def test_results_are_found_by_module_not_by_task_name(demo_built, tmp_path, caps
 
     text = (REPO / "playbooks" / "audit.yml").read_text()
     renamed = text.replace("- name: ", "- name: Renamed ")
-    assert renamed.count("- name: Renamed ") == 5 and "Renamed Audit GPU" in renamed
+    assert renamed.count("- name: Renamed ") == text.count("- name: ") >= 5 and "Renamed Audit GPU" in renamed
     playbook = tmp_path / "audit-renamed.yml"
     playbook.write_text(renamed)
 

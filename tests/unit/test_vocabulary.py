@@ -30,3 +30,13 @@ def test_a_host_summary_on_the_target_equals_the_report_summary_of_that_host():
     on_target = rules.summarize(findings)
     in_report = schema.summarize({"h1": {"status": "ok", "findings": findings}})["findings"]
     assert in_report == on_target
+
+
+def test_the_playbook_verdict_and_the_cli_exit_codes_are_the_same():
+    from gpufleet import exits
+
+    assert (fleet.VERDICT_OK, fleet.VERDICT_FINDINGS, fleet.VERDICT_HOSTS) == (
+        exits.EXIT_OK,
+        exits.EXIT_FINDINGS,
+        exits.EXIT_HOSTS,
+    )

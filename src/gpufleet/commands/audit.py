@@ -121,6 +121,8 @@ def run_audit(
         "gpufleet_report_dir": str(out),
         "gpufleet_policy_overrides": overrides,
         "gpufleet_policy_sources": [str(Path(args.policy).resolve())] if args.policy else [],
+        # The CLI exits by the audit's verdict itself (--fail-on, exit codes): the playbook does not fail the run.
+        "gpufleet_fail_run": False,
     }
     if getattr(args, "host_timeout", None):
         extravars["gpufleet_host_timeout"] = args.host_timeout
