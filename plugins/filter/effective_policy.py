@@ -64,15 +64,8 @@ def effective_policy(layers):
             "effective_policy: expected a list of policy layers (%s), got %s"
             % (", ".join(LAYERS), type(layers).__name__)
         )
-    merged = {}
-    for i, layer in enumerate(layers):
-        if layer is None:
-            continue
-        if not isinstance(layer, dict):
-            name = LAYERS[i] if i < len(LAYERS) else "layer %d" % i
-            raise AnsibleFilterError("effective_policy: %s must be a mapping, got %s" % (name, type(layer).__name__))
-        merged = policy_mod.merge(merged, _plain(layer))
     try:
+        merged = policy_mod.merge_layers([_plain(layer) for layer in layers], names=LAYERS)
         return policy_mod.validate(merged, known_rules=rules.BY_ID)
     except policy_mod.PolicyError as exc:
         raise AnsibleFilterError("effective_policy: %s" % exc) from exc

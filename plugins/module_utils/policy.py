@@ -288,12 +288,82 @@ def _validate_rules(policy, known_rules):
                 raise PolicyError("policy.%s.%s: unknown key (known: enabled, severity)" % (path, key))
 
 
+# Numbers for which 0 would silently turn a rule off (a buffer of 0 bytes always suffices...): they must be > 0,
+# and the message says how to turn the rule off on purpose.
+POSITIVE = {
+    "network.buffer_factor": "NET-TCP-001",
+    "network.max_buffer_bytes": "NET-TCP-001",
+    "network.default_bandwidth_gbps": "NET-TCP-001",
+    "cpu.min_cpus_per_gpu": "HOST-CPU-002",
+    "power.min_power_limit_pct": "GPU-PWR-002",
+}
+
+
+def expand_dotted(overrides):
+    """Accept the keys as `gpufleet policy` lists them: a top-level ``memory.max_swappiness: 5`` is
+    ``memory: {max_swappiness: 5}``. Only a path through the policy's sections to one of its keys is expanded
+    (site names, NIC names and rule ids inside a key's value keep their dots); a dotted key set next to the same
+    key nested wins. Anything else raises PolicyError saying how to write it."""
+    if not isinstance(overrides, dict) or not any(isinstance(k, str) and "." in k for k in overrides):
+        return overrides
+    out = copy.deepcopy({k: v for k, v in overrides.items() if not (isinstance(k, str) and "." in k)})
+    for key, value in overrides.items():
+        if not (isinstance(key, str) and "." in key):
+            continue
+        parts = key.split(".")
+        spec = SPEC
+        for depth, part in enumerate(parts):
+            entry = spec.get(part) if isinstance(spec, dict) else None
+            last = depth == len(parts) - 1
+            if entry is None or (last and isinstance(entry, dict)) or (not last and not isinstance(entry, dict)):
+                nested = ": {".join(parts) + ": <value>" + "}" * (len(parts) - 1)
+                raise PolicyError("policy.%s: unknown key; a dotted key must name a policy key (`gpufleet policy` "
+                                  "lists them); to nest it, write %s" % (key, nested))
+            spec = entry
+        target = out
+        for part in parts[:-1]:
+            if not isinstance(target.get(part), dict):
+                target[part] = {}
+            target = target[part]
+        target[parts[-1]] = copy.deepcopy(value)
+    return out
+
+
+def merge_layers(layers, names=None):
+    """The policy layers (first to last; None skipped) merged, each with its dotted keys expanded first so that a
+    later layer wins whichever way either writes a key. ``names`` label the layers in errors. Not validated."""
+    merged = {}
+    for i, layer in enumerate(layers):
+        if layer is None:
+            continue
+        name = names[i] if names and i < len(names) else "layer %d" % i
+        if not isinstance(layer, dict):
+            raise PolicyError("%s must be a mapping, got %s" % (name, type(layer).__name__))
+        try:
+            merged = merge(merged, expand_dotted(layer))
+        except PolicyError as exc:
+            raise PolicyError("%s: %s" % (name, exc)) from exc
+    return merged
+
+
+def _validate_positive(policy):
+    for path, rule in sorted(POSITIVE.items()):
+        section, key = path.split(".")
+        value = (policy.get(section) or {}).get(key)
+        if value is not None and value <= 0:
+            raise PolicyError("policy.%s: must be > 0, got %r (it would turn %s off silently; to turn a rule off "
+                              "write rules: {%s: {enabled: false}})" % (path, value, rule, rule))
+
+
 def validate(overrides, known_rules=None):
-    """Check a (partial) policy; raise PolicyError naming the key path. Returns the merged policy."""
+    """Check a (partial) policy; raise PolicyError naming the key path. Returns the merged policy. Keys may be
+    nested (``memory: {max_swappiness: 5}``) or dotted at the top level (``memory.max_swappiness: 5``)."""
     if overrides is None:
         overrides = {}
+    overrides = expand_dotted(overrides)
     _validate_section(SPEC, overrides, "")
     policy = merge(DEFAULTS, overrides)
+    _validate_positive(policy)
     _validate_links(policy)
     _validate_mtu(policy)
     _validate_power(policy)

@@ -24,9 +24,12 @@ author:
 options:
   policy:
     description:
-      - Partial policy merged over the documented defaults (see the README's policy table).
+      - Partial policy merged over the documented defaults (see the README's policy table), or the list of policy
+        layers, first to last (C(playbooks/audit.yml) passes C(gpufleet_policy), C(gpufleet_policy_group),
+        C(gpufleet_policy_host), C(gpufleet_policy_overrides)); keys may be nested or dotted
+        (C(memory.max_swappiness)), and each layer's dotted keys are expanded before the next layer is merged.
       - Unknown keys, wrong types, unknown rule ids and impossible links are rejected with the key's path.
-    type: dict
+    type: raw
     default: {}
   gather:
     description: Which facts to gather; rules whose facts are not gathered report V(skip).
@@ -188,13 +191,15 @@ import threading
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.tuning.plugins.module_utils import commands, gpu, host, links, nic, rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
-from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, validate
+from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, merge_layers, validate
+
+POLICY_LAYERS = ("gpufleet_policy", "gpufleet_policy_group", "gpufleet_policy_host", "gpufleet_policy_overrides")
 
 
 def main():
     argument_spec = dict(gpu.ARGUMENT_SPEC)
     argument_spec.update(
-        policy=dict(type="dict", default={}),
+        policy=dict(type="raw", default={}),
         gather=dict(type="list", elements="str", choices=["gpu", "host", "network"],
                     default=["gpu", "host", "network"]),
         include_facts=dict(type="bool", default=True),
@@ -211,8 +216,13 @@ def main():
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
 
+    layers = params["policy"]
+    if not isinstance(layers, (dict, list)):
+        module.fail_json(msg="policy: expected a mapping or a list of mappings (the policy layers), got %s"
+                             % type(layers).__name__)
     try:
-        policy = validate(params["policy"], known_rules=rules.BY_ID)
+        merged = merge_layers(layers, names=POLICY_LAYERS) if isinstance(layers, list) else layers
+        policy = validate(merged, known_rules=rules.BY_ID)
     except PolicyError as exc:
         module.fail_json(msg=str(exc))
     gpu.check_params(module)

@@ -66,27 +66,47 @@ def inventory_hosts(
     except policy_mod.PolicyError as exc:
         raise UsageError(f"--policy {policy_file}: {exc}") from exc
     variables = VariableManager(loader=loader, inventory=inv)
+    problems: dict[str, list[str]] = {}  # message -> hosts: one line per distinct problem, every host named
     for host in hosts:
-        hostvars = variables.get_vars(host=host, include_hostvars=False)
-        templar = Templar(loader=loader, variables=hostvars)
-        merged: dict[str, Any] = {}
-        for layer in POLICY_LAYERS:
-            try:
-                raw = templar.template(hostvars.get(layer) or {})
-            except Exception as exc:  # an undefined variable or a template error in the inventory
-                raise UsageError(f"{host.name}: {layer}: {exc}") from exc
-            if not isinstance(raw, dict):
-                raise UsageError(f"{host.name}: {layer} must be a mapping, got {type(raw).__name__}")
-            try:
-                policy_mod.validate(raw, known_rules=rules.BY_ID)
-            except policy_mod.PolicyError as exc:
-                raise UsageError(f"{host.name}: {layer}: {exc}") from exc
-            merged = policy_mod.merge(merged, raw)
-        try:
-            policy_mod.validate(policy_mod.merge(merged, overrides), known_rules=rules.BY_ID)
-        except policy_mod.PolicyError as exc:
-            raise UsageError(f"{host.name}: merged policy: {exc}") from exc
+        problem = _host_policy_problem(host, variables, loader, Templar, overrides, policy_mod, rules)
+        if problem:
+            problems.setdefault(problem, []).append(host.name)
+    if problems:
+        count = sum(len(names) for names in problems.values())
+        lines = [f"  {_names(names)}: {message}" for message, names in problems.items()]
+        raise UsageError(
+            f"invalid policy for {count} host{'s' if count != 1 else ''} (nothing was run):\n" + "\n".join(lines)
+        )
     return [h.name for h in hosts]
+
+
+def _names(names: list[str], shown: int = 5) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def _host_policy_problem(host, variables, loader, templar_class, overrides, policy_mod, rules) -> str | None:
+    """The first problem with one host's policy layers (each layer alone, then merged with --policy), or None."""
+    hostvars = variables.get_vars(host=host, include_hostvars=False)
+    templar = templar_class(loader=loader, variables=hostvars)
+    merged: dict[str, Any] = {}
+    for layer in POLICY_LAYERS:
+        try:
+            raw = templar.template(hostvars.get(layer) or {})
+        except Exception as exc:  # an undefined variable or a template error in the inventory
+            return f"{layer}: {exc}"
+        if not isinstance(raw, dict):
+            return f"{layer} must be a mapping, got {type(raw).__name__}"
+        try:
+            policy_mod.validate(raw, known_rules=rules.BY_ID)
+        except policy_mod.PolicyError as exc:
+            return f"{layer}: {exc}"
+        merged = policy_mod.merge(merged, policy_mod.expand_dotted(raw))
+    try:
+        policy_mod.validate(policy_mod.merge(merged, policy_mod.expand_dotted(overrides)), known_rules=rules.BY_ID)
+    except policy_mod.PolicyError as exc:
+        return f"merged policy: {exc}"
+    return None
 
 
 def prepare(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[str]]:
@@ -123,10 +143,11 @@ def host_variables(inventory: str | list[str], limit: str | None, names: list[st
         templar = Templar(loader=loader, variables=hostvars)
         values: dict[str, Any] = {}
         for name in names:
-            if name in hostvars:
-                try:
-                    values[name] = templar.template(hostvars[name])
-                except Exception:  # an undefined variable in the inventory: as if unset
-                    continue
+            if name not in hostvars:
+                continue
+            try:
+                values[name] = templar.template(hostvars[name])
+            except Exception:  # nosec B110  # an undefined variable in the inventory: left out, as if unset
+                pass
         out[host.name] = values
     return out

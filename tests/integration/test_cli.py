@@ -88,7 +88,10 @@ def test_bad_policy_file_is_a_usage_error_before_anything_runs(demo_built, tmp_p
 
 def test_bad_inventory_policy_names_the_host_and_key(demo_built, tmp_path):
     inv = yaml.safe_load(DEMO.read_text())
-    inv["all"]["children"]["eu_west"]["hosts"]["fra-h100-01"] = {"gpufleet_policy_host": {"power": {"ecc": "yes"}}}
+    children = inv["all"]["children"]
+    children["eu_west"]["hosts"]["fra-h100-01"] = {"gpufleet_policy_host": {"power": {"ecc": "yes"}}}
+    children["us_east"]["hosts"]["iad-a100-02"] = {"gpufleet_policy_host": {"power": {"ecc": "yes"}}}
+    children["ap_southeast"]["hosts"]["sg-h100-02"] = {"gpufleet_policy_host": {"memory": {"max_swapiness": 5}}}
     inventory = REPO / "inventories" / "demo" / "test-badpolicy.yml"
     inventory.write_text(yaml.safe_dump(inv))
     try:
@@ -96,7 +99,10 @@ def test_bad_inventory_policy_names_the_host_and_key(demo_built, tmp_path):
     finally:
         inventory.unlink()
     assert proc.returncode == 3
-    assert "fra-h100-01: gpufleet_policy_host: policy.power.ecc: expected bool" in proc.stderr
+    # every bad host at once, one line per distinct problem (not one run per mistake)
+    assert "invalid policy for 3 hosts (nothing was run)" in proc.stderr, proc.stderr
+    assert "fra-h100-01, iad-a100-02: gpufleet_policy_host: policy.power.ecc: expected bool" in proc.stderr
+    assert "sg-h100-02: gpufleet_policy_host: policy.memory.max_swapiness: unknown key" in proc.stderr
 
 
 def test_unwritable_report_dir_fails_before_any_host(tmp_path):

@@ -1,5 +1,5 @@
 import pytest
-from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils import policy, rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import DEFAULTS, PolicyError, documented, validate
 
 
@@ -56,3 +56,37 @@ def test_declared_power_cap_and_irqbalance_defaults():
     # A later layer switches kind by nulling the other key (the layers merge before validation).
     policy = validate({"power": {"limit_w": None, "limit_pct": 80}})
     assert (policy["power"]["limit_w"], policy["power"]["limit_pct"]) == (None, 80)
+
+
+# ---- issue 15: keys as `gpufleet policy` lists them, and numbers that would turn a rule off
+
+
+def test_dotted_keys_are_accepted_as_listed():
+    pol = policy.validate({"memory.max_swappiness": 5, "network.mtu": {"eth0.100": 1450}})
+    assert pol["memory"]["max_swappiness"] == 5
+    assert pol["network"]["mtu"] == {"eth0.100": 1450}  # a VLAN's dot inside a value is a NIC name, kept
+
+
+def test_an_unknown_dotted_key_says_how_to_nest_it():
+    with pytest.raises(policy.PolicyError) as exc:
+        policy.validate({"memory.max_swapiness": 5})
+    assert "policy.memory.max_swapiness: unknown key" in str(exc.value)
+    assert "write memory: {max_swapiness: <value>}" in str(exc.value)
+
+
+@pytest.mark.parametrize("key", sorted(policy.POSITIVE))
+def test_zero_that_would_turn_a_rule_off_is_refused(key):
+    with pytest.raises(policy.PolicyError) as exc:
+        policy.validate({key: 0})
+    assert f"policy.{key}: must be > 0, got 0" in str(exc.value)
+    assert f"rules: {{{policy.POSITIVE[key]}: {{enabled: false}}}}" in str(exc.value)
+
+
+def test_a_later_layer_wins_however_either_writes_the_key():
+    group = {"memory.max_swappiness": 5}
+    host = {"memory": {"max_swappiness": 20}}
+    assert policy.validate(policy.merge_layers([group, host]))["memory"]["max_swappiness"] == 20
+    assert policy.validate(policy.merge_layers([host, group]))["memory"]["max_swappiness"] == 5
+    with pytest.raises(policy.PolicyError) as exc:
+        policy.merge_layers([{}, {"cpu.nope": 1}], names=["gpufleet_policy", "gpufleet_policy_group"])
+    assert str(exc.value).startswith("gpufleet_policy_group: policy.cpu.nope: unknown key")
