@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import io
 import json
 import os
 import subprocess
@@ -182,3 +183,25 @@ def test_version_needs_no_collection_and_a_command_names_the_missing_one(tmp_pat
         [sys.executable, "-m", "gpufleet.cli", "audit", "--fail-on", "high"], capture_output=True, text=True, env=env
     )
     assert audit_run.returncode == 3 and "is not a collection" in audit_run.stderr
+
+
+def test_services_to_restart_reach_remediation_json_and_the_summary():
+    """host_tuning writes a daemon's new memlock limit but restarts it only with host_tuning_restart_ok: the
+    remediation report says which services still run with the old limit (remediate.yml's gpufleet_restart_required)."""
+    watcher = remediate.Watcher(stream=io.StringIO())
+    watcher(
+        {
+            "event": "runner_on_ok",
+            "event_data": {
+                "host": "h1",
+                "task": "Tell whether a reboot is needed, and which role variables took the policy's place",
+                "res": {"ansible_facts": {"gpufleet_restart_required": ["slurmd.service"]}},
+            },
+        }
+    )
+    summary = watcher.summary(
+        _report("a", [_finding("fail", "HOST-MEM-004")]), _report("b", [_finding("pass", "HOST-MEM-004")])
+    )
+    host = summary["hosts"]["h1"]
+    assert host["restart_required"] == ["slurmd.service"]
+    assert "restart needed (new limits apply then): slurmd.service" in remediate.render_remediation(summary)

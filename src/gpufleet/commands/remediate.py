@@ -95,6 +95,7 @@ class Watcher:
         self.reboot: dict[str, bool] = {}
         self.overrides: dict[str, list[dict[str, Any]]] = {}
         self.blocked: dict[str, list[str]] = {}
+        self.restart: dict[str, list[str]] = {}
         self.roles: dict[str, set[str]] = {}
         self.root_only: dict[str, dict[str, str]] = {}  # host -> rule -> the `<role>_root` its skipped task needs
         self.explained: dict[str, dict[str, str]] = {}  # host -> rule -> what the role said about leaving it
@@ -160,6 +161,8 @@ class Watcher:
             self.overrides[host] = facts["gpufleet_role_overrides"]
         if isinstance(facts.get("gpufleet_blocked"), list):
             self.blocked[host] = [str(m) for m in facts["gpufleet_blocked"]]
+        if isinstance(facts.get("gpufleet_restart_required"), list):
+            self.restart[host] = [str(s) for s in facts["gpufleet_restart_required"]]
 
     def why_not_applied(self, host: str, rule: str, role: str) -> str | None:
         """Why a fixable finding was left alone on ``host``, or None when nothing says so (then it is "still
@@ -205,6 +208,7 @@ class Watcher:
             self.overrides,
             self.blocked,
             self.not_applied(before),
+            self.restart,
         )
 
 
@@ -217,6 +221,7 @@ def remediation_summary(
     overrides: dict[str, list[dict[str, Any]]] | None = None,
     blocked: dict[str, list[str]] | None = None,
     not_applied: dict[str, dict[str, str]] | None = None,
+    restart: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """Per host: fixed (passed afterwards), unverified (a finding before, neither passing nor failing afterwards:
     skipped, errored, not run), remaining (auto-fixable or manual), new findings, what changed, reboot needed, and
@@ -239,6 +244,8 @@ def remediation_summary(
             # Changes a role refused to make now (e.g. a driver upgrade under busy GPUs), with the blocker named.
             "blocked": list((blocked or {}).get(name) or []),
             "not_applied": dict((not_applied or {}).get(name) or {}),
+            # Services whose new limits take effect only when they restart (host_tuning_restart_ok was not set).
+            "restart_required": list((restart or {}).get(name) or []),
         }
         if check:
             entry["would_fix"] = sorted(r for r, f in was.items() if _fixable(f))
@@ -322,6 +329,8 @@ def render_remediation(summary: dict[str, Any]) -> str:
             parts.append(f"NEW: {', '.join(h['new'])}")
         if h["reboot_required"]:
             parts.append("reboot required")
+        if h.get("restart_required"):
+            parts.append(f"restart needed (new limits apply then): {', '.join(h['restart_required'])}")
         lines.append(f"{name}: " + "; ".join(parts))
     return "\n".join(lines)
 
