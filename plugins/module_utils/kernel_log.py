@@ -33,8 +33,6 @@ import re
 
 LAST_MAX = 300
 
-SEVERITIES = ("critical", "high", "medium", "low", "info")
-
 # Xid code -> (meaning, severity). Meanings follow NVIDIA's Xid catalog
 # (https://docs.nvidia.com/deploy/xid-errors/); severity is gpufleet's operational judgement:
 #   critical  the GPU lost data or is gone: drain the node, reset or RMA
