@@ -242,34 +242,30 @@ def check_ecc_mode(facts, pol):
     )
 
 
-def check_ecc_pending(facts, pol):
+def _mode_pending(facts, field, applied_by):
+    """A mode (ECC, MIG) whose pending value differs from the current one: the change waits for ``applied_by``."""
+
     def bad(g):
-        cur, pend = _get(g, "ecc", "current"), _get(g, "ecc", "pending")
+        cur, pend = _get(g, field, "current"), _get(g, field, "pending")
         return None if cur is None or pend is None else cur != pend
 
+    name = field.upper()
     return _per_gpu(
         facts,
         bad,
-        lambda g: {"current": _get(g, "ecc", "current"), "pending": _get(g, "ecc", "pending")},
+        lambda g: {"current": _get(g, field, "current"), "pending": _get(g, field, "pending")},
         "pending == current",
-        "no ECC mode change is waiting for a reboot",
-        "ECC mode change pending a reboot or GPU reset",
+        "no %s mode change is waiting for a %s" % (name, applied_by.split(" or ")[0]),
+        "%s mode change pending a %s" % (name, applied_by),
     )
+
+
+def check_ecc_pending(facts, pol):
+    return _mode_pending(facts, "ecc", "reboot or GPU reset")
 
 
 def check_mig_pending(facts, pol):
-    def bad(g):
-        cur, pend = _get(g, "mig", "current"), _get(g, "mig", "pending")
-        return None if cur is None or pend is None else cur != pend
-
-    return _per_gpu(
-        facts,
-        bad,
-        lambda g: {"current": _get(g, "mig", "current"), "pending": _get(g, "mig", "pending")},
-        "pending == current",
-        "no MIG mode change is waiting for a GPU reset",
-        "MIG mode change pending a GPU reset",
-    )
+    return _mode_pending(facts, "mig", "GPU reset")
 
 
 RULES = (
