@@ -189,7 +189,7 @@ import os
 import threading
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import commands, gpu, host, links, nic, rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils import commands, gpu, host, ifname, links, nic, rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, merge_layers, validate
 
@@ -237,9 +237,9 @@ def main():
     interfaces = params["interfaces"] if params["interfaces"] is not None else policy["network"]["interfaces"]
     if interfaces is not None:
         for name in interfaces:
-            why = nic.interface_name_error(name)
+            why = ifname.interface_name_error(name)
             if why is not None:
-                module.fail_json(msg="interfaces: invalid interface name %r: %s; %s" % (name, why, nic.IFNAME_RULE))
+                module.fail_json(msg="interfaces: invalid interface name %r: %s; %s" % (name, why, ifname.IFNAME_RULE))
     ethtool_path = params["ethtool_path"]
     if ethtool_path and not (os.path.isfile(ethtool_path) and os.access(ethtool_path, os.X_OK)):
         module.fail_json(msg="ethtool_path: not an executable file: %s (give the path of ethtool, "
@@ -295,7 +295,7 @@ def main():
     else:
         gpu_and_network()
 
-    link_facts = links.resolve(policy, measure=lambda peers: nic.measure_rtt(peers, timeout=params["peer_timeout"]))
+    link_facts = links.resolve(policy, measure=lambda peers: links.measure_rtt(peers, timeout=params["peer_timeout"]))
     facts["links"] = link_facts
     if facts["network"] is not None and policy["network"]["congestion_control_scope"] == "routes":
         # network.congestion_control_scope: routes - NET-TCP-002 judges the routes to the long-haul peers' prefixes.

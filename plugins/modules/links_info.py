@@ -83,7 +83,7 @@ long_link_rtt_ms:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import links, nic, rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils import links, rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, validate
 
 
@@ -102,7 +102,7 @@ def main():
         module.fail_json(msg="policy: %s" % exc)
     if not 0 < params["peer_timeout"] <= 60:
         module.fail_json(msg="peer_timeout: must be > 0 and <= 60, got %s" % params["peer_timeout"])
-    resolved = links.resolve(policy, measure=lambda peers: nic.measure_rtt(peers, timeout=params["peer_timeout"]))
+    resolved = links.resolve(policy, measure=lambda peers: links.measure_rtt(peers, timeout=params["peer_timeout"]))
     long_links, sized, prefixes = links.classify(policy, resolved)
     module.exit_json(
         changed=False,

@@ -224,7 +224,7 @@ network:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import commands, nic
+from ansible_collections.gpufleet.tuning.plugins.module_utils import commands, ifname, links, nic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 
@@ -233,9 +233,9 @@ def _validate(module):
     if not os.path.isdir(params["root"]):
         module.fail_json(msg="root: not a directory: %s" % params["root"])
     for name in params["interfaces"] or []:
-        why = nic.interface_name_error(name)
+        why = ifname.interface_name_error(name)
         if why is not None:
-            module.fail_json(msg="interfaces: invalid interface name %r: %s; %s" % (name, why, nic.IFNAME_RULE))
+            module.fail_json(msg="interfaces: invalid interface name %r: %s; %s" % (name, why, ifname.IFNAME_RULE))
     path = params["ethtool_path"]
     if path and not (os.path.isfile(path) and os.access(path, os.X_OK)):
         module.fail_json(
@@ -295,7 +295,7 @@ def main():
         ethtool_missing=missing,
         stats_interval=params["stats_interval"],
     )
-    network["peers"] = nic.measure_rtt(params["peers"] or [], timeout=params["peer_timeout"])
+    network["peers"] = links.measure_rtt(params["peers"] or [], timeout=params["peer_timeout"])
     module.exit_json(changed=False, network=network)
 
 

@@ -212,7 +212,8 @@ link_shadowed_by:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import nic, nic_settings, rollback
+from ansible_collections.gpufleet.tuning.plugins.module_utils import ifname, nic, nic_settings, rollback
+from ansible_collections.gpufleet.tuning.plugins.module_utils.ethtool import Ethtool
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 
@@ -221,9 +222,9 @@ _COALESCE_TYPES = {"adaptive_rx": bool, "adaptive_tx": bool, "rx_usecs": int, "t
 
 def _validate(module):
     p = module.params
-    why = nic.interface_name_error(p["name"])
+    why = ifname.interface_name_error(p["name"])
     if why:
-        module.fail_json(msg="name: invalid interface name %r: %s; %s" % (p["name"], why, nic.IFNAME_RULE))
+        module.fail_json(msg="name: invalid interface name %r: %s; %s" % (p["name"], why, ifname.IFNAME_RULE))
     if p["mtu"] is not None and not 68 <= p["mtu"] <= 65535:
         module.fail_json(msg="mtu: %d is outside 68-65535" % p["mtu"])
     for field, keys in (("rings", ("rx", "tx")), ("channels", nic_settings.CHANNEL_KEYS)):
@@ -459,7 +460,7 @@ def main():
     def run(argv):
         return module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"})
 
-    runner = nic.Ethtool(run, ethtool_bin) if ethtool_bin else None
+    runner = Ethtool(run, ethtool_bin) if ethtool_bin else None
     current = nic.read_nic(fs, name, runner, None if ethtool_bin else "ethtool not found in PATH")
     if not current.get("present"):
         module.fail_json(msg="name: no such interface: %s" % name)

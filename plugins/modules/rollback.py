@@ -91,6 +91,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_settings as gs
 from ansible_collections.gpufleet.tuning.plugins.module_utils import links, nic, nic_settings, nvml, rollback, sysctl
+from ansible_collections.gpufleet.tuning.plugins.module_utils.ethtool import Ethtool
 from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 from ansible_collections.gpufleet.tuning.plugins.module_utils.nvml_session import NvmlInitError, nvml_session
@@ -213,7 +214,7 @@ def restore_nics(module, entries):
         current = nic.read_nic(
             HostFS("/"),
             name,
-            nic.Ethtool(run, ethtool_bin) if ethtool_bin else None,
+            Ethtool(run, ethtool_bin) if ethtool_bin else None,
             None if ethtool_bin else "ethtool not found",
         )
         want = dict((e["field"], e["value"]) for e in items if e["value"] is not None)

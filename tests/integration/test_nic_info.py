@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.gpufleet.tuning.plugins.module_utils import nic
+from ansible_collections.gpufleet.tuning.plugins.module_utils import ethtool
 
 from gpufleet.runner import run_playbook
 
@@ -273,12 +273,12 @@ def test_recorded_driver_end_to_end(fleet, driver):
         assert got["mtu"] == mtu and got["numa_node"] == n % 2 and got["operstate"] == "up"
         assert got["speed_mbps"] == (speed if speed > 0 else None)
         # The module's values are exactly what the recorded text says, whatever format it read.
-        drv = nic.parse_driver_text((folder / "driver").read_text())
+        drv = ethtool.parse_driver_text((folder / "driver").read_text())
         assert {k: got[k] for k in drv} == drv
-        assert got["rings"] == nic.parse_rings_text((folder / "show-ring").read_text())
-        assert got["coalescing"] == nic.parse_coalesce_text((folder / "show-coalesce").read_text())
-        assert got["channels"] == nic.parse_channels_text((folder / "show-channels").read_text())
-        features, fixed = nic.parse_features_text((folder / "show-features").read_text())
+        assert got["rings"] == ethtool.parse_rings_text((folder / "show-ring").read_text())
+        assert got["coalescing"] == ethtool.parse_coalesce_text((folder / "show-coalesce").read_text())
+        assert got["channels"] == ethtool.parse_channels_text((folder / "show-channels").read_text())
+        features, fixed = ethtool.parse_features_text((folder / "show-features").read_text())
         assert got["offloads"] == features and got["offloads_fixed"] == fixed
         # Per section, JSON was used exactly where the recording has it.
         for section, fname in (("rings", "show-ring"), ("offloads", "show-features"),
@@ -289,8 +289,8 @@ def test_recorded_driver_end_to_end(fleet, driver):
         assert got["source"] == "ethtool-json"  # every recording has at least -k JSON
         expected_unsupported = set()
         # ethtool -S: read (twice) for drivers with a ring-overflow counter; the same counters as the recording.
-        if driver in nic.DROP_COUNTERS:
-            want = nic.drop_counters(driver, nic.parse_stats_text((folder / "show-stats").read_text()))
+        if driver in ethtool.DROP_COUNTERS:
+            want = ethtool.drop_counters(driver, ethtool.parse_stats_text((folder / "show-stats").read_text()))
             assert {k: {c: v["total"] for c, v in got["drops"][k].items()} for k in want} == want
             assert all(v["delta"] == 0 for k in want for v in got["drops"][k].values())  # no state: nothing grows
             assert got["drops"]["interval_s"] >= 0.9 and got["sources"]["drops"] == "ethtool-text"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import string
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders, nic, policy, rules, sysctl
+from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders, ifname, policy, rules, sysctl
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_settings as gs
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -42,7 +42,7 @@ def test_power_limit_parser(value):
 @settings(max_examples=400)
 @given(st.one_of(text, st.just("../etc"), st.just("eth0;reboot"), st.just("$(id)"), st.just("a" * 16)))
 def test_interface_names(name):
-    why = nic.interface_name_error(name)
+    why = ifname.interface_name_error(name)
     if why is None:
         assert 1 <= len(name.encode()) <= 15 and all(c.isalnum() or c in "_.@-" for c in name)
         assert not name.startswith("-") and "/" not in name

@@ -1,4 +1,5 @@
-"""module_utils/nic.py: ethtool parsers against recorded driver outputs, sysfs/procfs readers, RTT.
+"""module_utils/ethtool.py, ifname.py and nic.py: ethtool parsers against recorded driver outputs, interface
+names, the ethtool runner, sysfs/procfs readers, drop sampling. (RTT measurement: test_links.py.)
 
 Every recorded interface under tests/fixtures/ethtool/<driver>/<ifname>/ is parsed from its text output
 and checked against the values written in EXPECTED (read off the recordings by hand), and every JSON
@@ -10,25 +11,29 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpufleet.tuning.plugins.module_utils import nic
+from ansible_collections.gpufleet.tuning.plugins.module_utils import ethtool, nic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
+from ansible_collections.gpufleet.tuning.plugins.module_utils.ifname import (
+    InvalidInterfaceName,
+    check_interface_name,
+    interface_name_error,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 ETHTOOL_FIX = REPO / "tests" / "fixtures" / "ethtool"
 FAKE_ETHTOOL = ETHTOOL_FIX / "fake-ethtool"
 
 SECTION_FILES = {
-    "driver": ("driver", nic.parse_driver_text, nic.parse_driver_json),
-    "rings": ("show-ring", nic.parse_rings_text, nic.parse_rings_json),
-    "offloads": ("show-features", nic.parse_features_text, nic.parse_features_json),
-    "coalescing": ("show-coalesce", nic.parse_coalesce_text, nic.parse_coalesce_json),
-    "channels": ("show-channels", nic.parse_channels_text, nic.parse_channels_json),
+    "driver": ("driver", ethtool.parse_driver_text, ethtool.parse_driver_json),
+    "rings": ("show-ring", ethtool.parse_rings_text, ethtool.parse_rings_json),
+    "offloads": ("show-features", ethtool.parse_features_text, ethtool.parse_features_json),
+    "coalescing": ("show-coalesce", ethtool.parse_coalesce_text, ethtool.parse_coalesce_json),
+    "channels": ("show-channels", ethtool.parse_channels_text, ethtool.parse_channels_json),
 }
 
 
@@ -244,11 +249,11 @@ def test_every_recording_has_expectations_and_all_five_subcommands():
 @pytest.mark.parametrize("driver, ifname", sorted(EXPECTED), ids=_ids(sorted(EXPECTED)))
 def test_text_parsers_on_recorded_output(driver, ifname):
     exp = EXPECTED[(driver, ifname)]
-    assert nic.parse_driver_text(_read(driver, ifname, "driver")) == exp["driver"]
-    assert nic.parse_rings_text(_read(driver, ifname, "show-ring")) == exp["rings"]
-    assert nic.parse_coalesce_text(_read(driver, ifname, "show-coalesce")) == exp["coalescing"]
-    assert nic.parse_channels_text(_read(driver, ifname, "show-channels")) == exp["channels"]
-    features, fixed = nic.parse_features_text(_read(driver, ifname, "show-features"))
+    assert ethtool.parse_driver_text(_read(driver, ifname, "driver")) == exp["driver"]
+    assert ethtool.parse_rings_text(_read(driver, ifname, "show-ring")) == exp["rings"]
+    assert ethtool.parse_coalesce_text(_read(driver, ifname, "show-coalesce")) == exp["coalescing"]
+    assert ethtool.parse_channels_text(_read(driver, ifname, "show-channels")) == exp["channels"]
+    features, fixed = ethtool.parse_features_text(_read(driver, ifname, "show-features"))
     for name in exp["offloads_on"]:
         assert features[name] is True, name
     for name in exp["offloads_off"]:
@@ -289,7 +294,7 @@ def test_json_variants_cover_every_json_capable_subcommand():
 
 def test_features_json_real_recording_counts():
     # The virtio_net JSON is ethtool 6.1's own output on this project's lab VM.
-    features, fixed = nic.parse_features_json(_read("virtio_net", "eth0", "show-features.json"))
+    features, fixed = ethtool.parse_features_json(_read("virtio_net", "eth0", "show-features.json"))
     raw = json.loads(_read("virtio_net", "eth0", "show-features.json"))[0]
     assert len(features) == len(raw) - 1  # every key but ifname
     assert len(fixed) == sum(1 for k, v in raw.items() if k != "ifname" and v["fixed"] is True)
@@ -300,18 +305,18 @@ def test_coalesce_json_duplicate_keys_of_older_ethtool():
     # in the patch that renamed them). A plain dict load keeps the CQE pair: adaptive RX would read as on.
     text = _read("mlx5_core", "eth0", "show-coalesce.json")
     assert json.loads(text)[0]["rx"] is True
-    got = nic.parse_coalesce_json(text)
+    got = ethtool.parse_coalesce_json(text)
     assert got["adaptive_rx"] is False and got["adaptive_tx"] is False
     assert (got["rx_usecs"], got["rx_frames"], got["tx_usecs"], got["tx_frames"]) == (33, 88, 158, 128)
 
 
 def test_coalesce_json_new_keys_and_cqe_only():
     new = '[ {"ifname": "x", "adaptive-rx": false, "adaptive-tx": true, "rx-usecs": 3, "cqe-mode-rx": true} ]'
-    assert nic.parse_coalesce_json(new)["adaptive_rx"] is False
-    assert nic.parse_coalesce_json(new)["adaptive_tx"] is True
+    assert ethtool.parse_coalesce_json(new)["adaptive_rx"] is False
+    assert ethtool.parse_coalesce_json(new)["adaptive_tx"] is True
     # Old format, driver without adaptive moderation but with CQE mode: the pair comes after the numbers.
     old = '[ {"ifname": "x", "rx-usecs": 3, "tx-usecs": 16, "rx": true, "tx": false} ]'
-    got = nic.parse_coalesce_json(old)
+    got = ethtool.parse_coalesce_json(old)
     assert got["adaptive_rx"] is None and got["adaptive_tx"] is None and got["tx_usecs"] == 16
 
 
@@ -326,7 +331,7 @@ HEADERLESS_RING = (
 
 
 def test_ring_text_without_section_headers():
-    assert nic.parse_rings_text(HEADERLESS_RING) == {"rx": 2048, "tx": 4096, "rx_max": 8184, "tx_max": 8184}
+    assert ethtool.parse_rings_text(HEADERLESS_RING) == {"rx": 2048, "tx": 4096, "rx_max": 8184, "tx_max": 8184}
 
 
 def test_channels_json_as_published():
@@ -335,25 +340,25 @@ def test_channels_json_as_published():
         '[ {"ifname": "eth0", "rx-max": 32, "tx-max": 32, "combined-max": 32, "rx": 0, "tx": 0, '
         '"combined": 20}, {"ifname": "veth0", "rx-max": 80, "tx-max": 80, "rx": 1, "tx": 1} ]'
     )
-    assert nic.parse_channels_json(text) == _ch(0, 0, None, 20, 32, 32, None, 32)
+    assert ethtool.parse_channels_json(text) == _ch(0, 0, None, 20, 32, 32, None, 32)
 
 
 @pytest.mark.parametrize(
     "parser, text",
     [
-        (nic.parse_driver_text, "netlink error: Operation not supported\n"),
-        (nic.parse_rings_text, ""),
-        (nic.parse_features_text, "Features for eth0:\n"),
-        (nic.parse_coalesce_text, ""),
-        (nic.parse_channels_text, "garbage\n"),
-        (nic.parse_rings_json, "[ ]"),
-        (nic.parse_features_json, "{not json"),
-        (nic.parse_coalesce_json, '{"rx": true}'),
-        (nic.parse_channels_json, "[ 1 ]"),
+        (ethtool.parse_driver_text, "netlink error: Operation not supported\n"),
+        (ethtool.parse_rings_text, ""),
+        (ethtool.parse_features_text, "Features for eth0:\n"),
+        (ethtool.parse_coalesce_text, ""),
+        (ethtool.parse_channels_text, "garbage\n"),
+        (ethtool.parse_rings_json, "[ ]"),
+        (ethtool.parse_features_json, "{not json"),
+        (ethtool.parse_coalesce_json, '{"rx": true}'),
+        (ethtool.parse_channels_json, "[ 1 ]"),
     ],
 )
 def test_parsers_reject_what_is_not_their_output(parser, text):
-    with pytest.raises(nic.EthtoolParseError):
+    with pytest.raises(ethtool.EthtoolParseError):
         parser(text)
 
 
@@ -392,16 +397,16 @@ BAD_NAMES = {
 
 @pytest.mark.parametrize("name", GOOD_NAMES)
 def test_valid_interface_names(name):
-    assert nic.interface_name_error(name) is None
-    assert nic.check_interface_name(name) == name
+    assert interface_name_error(name) is None
+    assert check_interface_name(name) == name
 
 
 @pytest.mark.parametrize("name", sorted(BAD_NAMES), ids=repr)
 def test_invalid_interface_names(name):
-    why = nic.interface_name_error(name)
+    why = interface_name_error(name)
     assert why is not None and BAD_NAMES[name] in why
-    with pytest.raises(nic.InvalidInterfaceName, match="1-15 characters"):
-        nic.check_interface_name(name)
+    with pytest.raises(InvalidInterfaceName, match="1-15 characters"):
+        check_interface_name(name)
 
 
 # --- the ethtool runner --------------------------------------------------------------------------
@@ -426,7 +431,9 @@ BAD_ARGS = (1, "", "ethtool: bad command line argument(s)\nFor more information 
 def test_json_refused_falls_back_to_text():
     ring = _read("mlx5_core", "enp1s0f0np0", "show-ring")
     run = FakeRun({("ethtool", "--json", "-g", "eth0"): BAD_ARGS, ("ethtool", "-g", "eth0"): (0, ring, "")})
-    value, source, reason = nic.Ethtool(run, "ethtool").query("-g", "eth0", nic.parse_rings_text, nic.parse_rings_json)
+    value, source, reason = ethtool.Ethtool(run, "ethtool").query(
+        "-g", "eth0", ethtool.parse_rings_text, ethtool.parse_rings_json
+    )
     assert (value["rx_max"], source, reason) == (8192, "ethtool-text", None)
     assert run.calls == [("ethtool", "--json", "-g", "eth0"), ("ethtool", "-g", "eth0")]
 
@@ -434,15 +441,17 @@ def test_json_refused_falls_back_to_text():
 def test_json_accepted():
     text = _read("mlx5_core", "ens1f0np0", "show-ring.json")
     run = FakeRun({("ethtool", "--json", "-g", "eth0"): (0, text, "")})
-    value, source, reason = nic.Ethtool(run, "ethtool").query("-g", "eth0", nic.parse_rings_text, nic.parse_rings_json)
+    value, source, reason = ethtool.Ethtool(run, "ethtool").query(
+        "-g", "eth0", ethtool.parse_rings_text, ethtool.parse_rings_json
+    )
     assert (value["rx"], source, reason) == (1024, "ethtool-json", None)
     assert len(run.calls) == 1
 
 
 def test_unsupported_operation_is_a_reason_without_text_retry():
     run = FakeRun({})
-    value, source, reason = nic.Ethtool(run, "/usr/sbin/ethtool").query(
-        "-c", "veth0", nic.parse_coalesce_text, nic.parse_coalesce_json
+    value, source, reason = ethtool.Ethtool(run, "/usr/sbin/ethtool").query(
+        "-c", "veth0", ethtool.parse_coalesce_text, ethtool.parse_coalesce_json
     )
     assert value is None and source is None
     assert reason == "Operation not supported (ethtool rc=1)"
@@ -452,15 +461,17 @@ def test_unsupported_operation_is_a_reason_without_text_retry():
 def test_text_printed_despite_json_flag():
     text = _read("virtio_net", "eth0", "show-channels")
     run = FakeRun({("ethtool", "--json", "-l", "eth0"): (0, text, "")})
-    value, source, _ = nic.Ethtool(run, "ethtool").query("-l", "eth0", nic.parse_channels_text, nic.parse_channels_json)
+    value, source, _ = ethtool.Ethtool(run, "ethtool").query(
+        "-l", "eth0", ethtool.parse_channels_text, ethtool.parse_channels_json
+    )
     assert source == "ethtool-text" and value["combined"] == 1
 
 
 def test_invalid_name_never_reaches_ethtool():
     run = FakeRun({})
-    with pytest.raises(nic.InvalidInterfaceName):
-        nic.Ethtool(run, "ethtool").query("-i", "eth0;reboot", nic.parse_driver_text, nic.parse_driver_json)
-    with pytest.raises(nic.InvalidInterfaceName):
+    with pytest.raises(InvalidInterfaceName):
+        ethtool.Ethtool(run, "ethtool").query("-i", "eth0;reboot", ethtool.parse_driver_text, ethtool.parse_driver_json)
+    with pytest.raises(InvalidInterfaceName):
         nic.collect(HostFS("/"), run, interfaces=["ok0", "$(id)"])
     assert run.calls == []
 
@@ -660,51 +671,6 @@ def test_ib_rate(text, rate):
     assert nic.parse_ib_rate(text) == rate
 
 
-# --- measure_rtt ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def listener():
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    yield sock.getsockname()[1]
-    sock.close()
-
-
-def _closed_port():
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
-
-
-def test_measure_rtt_open_closed_and_unresolvable(listener):
-    closed = _closed_port()
-    got = nic.measure_rtt(
-        [
-            {"name": "open", "host": "127.0.0.1", "port": listener},
-            {"name": "closed", "host": "127.0.0.1", "port": closed},
-            {"name": "nowhere", "host": "no-such-host.invalid"},
-        ],
-        timeout=2.0,
-        attempts=3,
-    )
-    assert [g["name"] for g in got] == ["open", "closed", "nowhere"]
-    assert isinstance(got[0]["rtt_ms"], float) and 0 <= got[0]["rtt_ms"] < 1000 and got[0]["error"] is None
-    assert got[1]["rtt_ms"] is None and "refused" in got[1]["error"].lower()
-    assert got[1]["port"] == closed
-    assert got[2]["rtt_ms"] is None and got[2]["error"].startswith("cannot resolve no-such-host.invalid")
-    assert got[2]["port"] == 22
-
-
-def test_measure_rtt_is_the_median():
-    assert nic._median([5.0, 1.0, 3.0]) == 3.0
-    assert nic._median([4.0, 1.0]) == 2.5
-    assert nic.measure_rtt([]) == []
-
-
 # --- fake-ethtool itself (the demo fleet relies on it) ---------------------------------------------
 
 
@@ -742,7 +708,7 @@ def test_fake_ethtool_unsupported_operation(tmp_path):
 
 # --- ethtool -S: drop counters (NET-RING-001's evidence) ------------------------------------------------
 
-# (driver, interface, file) -> the drop counters nic.drop_counters finds, read off the files by hand.
+# (driver, interface, file) -> the drop counters ethtool.drop_counters finds, read off the files by hand.
 EXPECTED_DROPS = {
     ("mlx5_core", "ens1f0np0", "show-stats"): {
         "ring": {"rx_out_of_buffer": 0},
@@ -799,25 +765,25 @@ def test_every_stats_recording_has_expectations():
 
 @pytest.mark.parametrize("driver, ifname, fname", sorted(EXPECTED_DROPS), ids=_ids(sorted(EXPECTED_DROPS)))
 def test_stats_recordings_parse_to_their_drop_counters(driver, ifname, fname):
-    stats = nic.parse_stats_text(_read(driver, ifname, fname))
+    stats = ethtool.parse_stats_text(_read(driver, ifname, fname))
     assert len(stats) >= 20 and all(isinstance(v, int) for v in stats.values())
-    assert nic.drop_counters(driver, stats) == EXPECTED_DROPS[(driver, ifname, fname)]
+    assert ethtool.drop_counters(driver, stats) == EXPECTED_DROPS[(driver, ifname, fname)]
 
 
 def test_virtio_rx_drops_are_not_ring_drops():
-    stats = nic.parse_stats_text(_read("virtio_net", "eth0", "show-stats"))
+    stats = ethtool.parse_stats_text(_read("virtio_net", "eth0", "show-stats"))
     assert stats["rx_drops"] == 0 and stats["rx0_kicks"] == 3457
-    assert nic.drop_counters("virtio_net", dict(stats, rx_drops=99)) is None
+    assert ethtool.drop_counters("virtio_net", dict(stats, rx_drops=99)) is None
     # The same name on ENA is the device's count of packets dropped with the Rx ring full.
-    assert nic.drop_counters("ena", {"rx_drops": 99})["ring"] == {"rx_drops": 99}
+    assert ethtool.drop_counters("ena", {"rx_drops": 99})["ring"] == {"rx_drops": 99}
 
 
 def test_stats_parser_names_with_colons_and_bad_input():
     text = "NIC statistics:\n     [0]: rx_ucast_packets: 12\n     rx_dropped.nic: 3\n     rx_queue_1_drops: 4\n"
-    assert nic.parse_stats_text(text) == {"[0]: rx_ucast_packets": 12, "rx_dropped.nic": 3, "rx_queue_1_drops": 4}
-    assert nic.drop_counters("igb", nic.parse_stats_text(text))["ring"] == {"rx_queue_1_drops": 4}
-    with pytest.raises(nic.EthtoolParseError):
-        nic.parse_stats_text("no statistics here\n")
+    assert ethtool.parse_stats_text(text) == {"[0]: rx_ucast_packets": 12, "rx_dropped.nic": 3, "rx_queue_1_drops": 4}
+    assert ethtool.drop_counters("igb", ethtool.parse_stats_text(text))["ring"] == {"rx_queue_1_drops": 4}
+    with pytest.raises(ethtool.EthtoolParseError):
+        ethtool.parse_stats_text("no statistics here\n")
 
 
 class TwoReadings:
@@ -851,7 +817,7 @@ def test_sample_drops_reads_twice_with_one_wait():
     )
     nics = _nics(("ens1", "mlx5_core"), ("ens5", "ena"), ("eth0", "virtio_net"))
     waits, ticks = [], iter([100.0, 101.25])
-    nic.sample_drops(nics, nic.Ethtool(run, "ethtool"), 1.0, sleep=waits.append, clock=lambda: next(ticks))
+    nic.sample_drops(nics, ethtool.Ethtool(run, "ethtool"), 1.0, sleep=waits.append, clock=lambda: next(ticks))
     assert waits == [1.0] and run.seen == ["ens1", "ens5", "ens1", "ens5"]  # virtio_net is never asked
     ens1, ens5, eth0 = nics
     assert ens1["drops"] == {
@@ -868,16 +834,16 @@ def test_sample_drops_reads_twice_with_one_wait():
 def test_sample_drops_counter_reset_single_reading_and_errors():
     run = TwoReadings({"ens1": _stats(rx_out_of_buffer=500)}, {"ens1": _stats(rx_out_of_buffer=3)})
     (ens1,) = nics = _nics(("ens1", "mlx5_core"))
-    nic.sample_drops(nics, nic.Ethtool(run, "ethtool"), 1.0, sleep=lambda s: None)
+    nic.sample_drops(nics, ethtool.Ethtool(run, "ethtool"), 1.0, sleep=lambda s: None)
     assert ens1["drops"]["ring"] == {"rx_out_of_buffer": {"total": 3, "delta": None}}  # driver reloaded between
     run = TwoReadings({"ens1": _stats(rx_out_of_buffer=500)}, {})
     (ens1,) = nics = _nics(("ens1", "mlx5_core"))
     waits = []
-    nic.sample_drops(nics, nic.Ethtool(run, "ethtool"), 0, sleep=waits.append)
+    nic.sample_drops(nics, ethtool.Ethtool(run, "ethtool"), 0, sleep=waits.append)
     assert waits == [] and ens1["drops"]["interval_s"] is None
     assert ens1["drops"]["ring"] == {"rx_out_of_buffer": {"total": 500, "delta": None}}
     (ens1,) = nics = _nics(("ens1", "mlx5_core"))
-    nic.sample_drops(nics, nic.Ethtool(TwoReadings({}, {}), "ethtool"), 1.0, sleep=waits.append)
+    nic.sample_drops(nics, ethtool.Ethtool(TwoReadings({}, {}), "ethtool"), 1.0, sleep=waits.append)
     assert waits == [] and ens1["drops"] is None  # nothing read, nothing waited for
     assert ens1["unsupported"]["drops"] == "Operation not supported (ethtool rc=1)"
 
@@ -887,7 +853,7 @@ def test_fake_ethtool_second_statistics_reading(tmp_path):
 
     def stats():
         proc = subprocess.run([str(FAKE_ETHTOOL), "-S", "eth0"], capture_output=True, text=True, env=env, check=False)
-        return nic.parse_stats_text(proc.stdout)["rx_out_of_buffer"]
+        return ethtool.parse_stats_text(proc.stdout)["rx_out_of_buffer"]
 
     assert [stats(), stats(), stats()] == [1203944, 1207310, 1207310]
     rc, out, _ = _fake(["-S", "eth0"])  # without a state directory every reading is the first one
