@@ -253,6 +253,20 @@ def test_targets_come_from_the_policy_and_running_choices_are_kept(tmp_path):
     assert [c for c in changed if c[1] != "Decisions"] == []
 
 
+def test_vars_hold_constants_only():
+    """Issue 14: vars/main.yml (which outranks the inventory) holds the role's fixed data only; the policy and the
+    targets computed from it and the running values are facts that tasks/targets.yml sets after host_info."""
+    role = REPO / "roles" / "host_tuning"
+    text = (role / "vars" / "main.yml").read_text()
+    assert "{{" not in text and "{%" not in text, "vars/main.yml computes a value"
+    main = yaml.safe_load((role / "tasks" / "main.yml").read_text())[0]["block"]
+    names = [t.get("register") or t.get("ansible.builtin.import_tasks") for t in main]
+    assert names.index("targets.yml") > names.index("__host_tuning_facts")
+    assert names.index("targets.yml") > names.index("__host_tuning_tuned")
+    for task in yaml.safe_load((role / "tasks" / "targets.yml").read_text()):
+        assert task["tags"] == ["always"], task["name"]  # --tags HOST-MEM-004 needs them too
+
+
 def _pinned(affinity):
     return [
         mkroot.irq_device("nic", "0000:17:00.0", 120, 4, name="ens1f0", numa_node=0, affinity=affinity),

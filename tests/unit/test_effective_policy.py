@@ -59,12 +59,22 @@ def _layer_list(text):
     return re.findall(r"(gpufleet_policy\w*) \| default\(\{\}\)", text)
 
 
+def _policy_homes(role):
+    """The files of a role that define __<role>_policy: vars/main.yml, or for host_tuning (whose vars/main.yml holds
+    constants only, issue 14) tasks/targets.yml, which sets it as a fact."""
+    files = [role / "vars" / "main.yml", *sorted((role / "tasks").glob("*.yml"))]
+    return [p for p in files if p.is_file() and re.search(rf"^\s*__{role.name}_policy:", p.read_text(), re.M)]
+
+
 def test_every_role_and_playbook_names_the_same_layers():
     want = [*cli.POLICY_LAYERS, "gpufleet_policy_overrides"]
     assert list(ep.LAYERS) == want
+    homes = {role.name: _policy_homes(role) for role in sorted((REPO / "roles").iterdir()) if role.is_dir()}
+    homes = {name: files for name, files in homes.items() if files}
+    assert sorted(homes) == ["gpu_runtime", "host_tuning", "network_tuning", "nvidia_driver"]
+    assert all(len(files) == 1 for files in homes.values()), homes  # one home each
+    assert homes["host_tuning"] == [REPO / "roles" / "host_tuning" / "tasks" / "targets.yml"]
     sources = [REPO / "playbooks" / "audit.yml", REPO / "playbooks" / "remediate.yml"]
-    sources += sorted((REPO / "roles").glob("*/vars/main.yml"))
-    sources = [p for p in sources if "gpufleet_policy" in p.read_text()]
-    assert len(sources) >= 6  # both playbooks and the four remediation roles
+    sources += [files[0] for files in homes.values()]
     for path in sources:
         assert _layer_list(path.read_text()) == want, path
