@@ -80,8 +80,12 @@ def test_host_tuning_fixes_its_rules(tmp_path):
             "overcommit_memory": 2,
             "memlock_kb": 64,
             "process_memlock_kb": 64,
-            # containerd installed (its upstream unit sets no LimitMEMLOCK), not running: jobs would get 8 MiB
-            "job_services": [mkroot.job_service("containerd.service", running=False)],
+            # A Kubernetes node: containerd installed (its upstream unit sets no LimitMEMLOCK), not running: pods
+            # would get 8 MiB (a pod has no ulimit of its own and inherits the runtime's).
+            "job_services": [
+                mkroot.job_service("kubelet.service", running=False),
+                mkroot.job_service("containerd.service", running=False),
+            ],
         },
     )
     inv = {
@@ -334,11 +338,15 @@ def test_memlock_reaches_the_job_daemons(tmp_path):
                 },
                 {},
             ),
-            # containerd running with systemd's default 8 MiB: fixed on disk, restart needed, not done.
-            "running": ({"job_services": [mkroot.job_service("containerd.service")]}, {}),
+            # A Kubernetes node's containerd running with systemd's default 8 MiB: fixed on disk, restart needed, not
+            # done.
+            "running": (
+                {"job_services": [mkroot.job_service("kubelet.service"), mkroot.job_service("containerd.service")]},
+                {},
+            ),
             # The policy asks for 1 GiB: LimitMEMLOCK=1048576K, as the rule reads it.
             "policy": (
-                {"job_services": [mkroot.job_service("docker.service", running=False)]},
+                {"job_services": [mkroot.job_service("slurmd.service", running=False)]},
                 {"gpufleet_policy_group": {"memory": {"min_memlock_kb": 1048576}}},
             ),
             # No job daemons: only the limits.d file, as before.
@@ -378,7 +386,7 @@ def test_memlock_reaches_the_job_daemons(tmp_path):
     assert findings["HOST-MEM-004"]["status"] == "fail"  # its running jobs still get 8 MiB
     assert "its unit now gives unlimited: restart containerd.service" in findings["HOST-MEM-004"]["message"]
 
-    assert "LimitMEMLOCK=1048576K" in (roots["policy"] / DROPIN.format("docker.service")).read_text()
+    assert "LimitMEMLOCK=1048576K" in (roots["policy"] / DROPIN.format("slurmd.service")).read_text()
     assert hosts["policy"][0]["HOST-MEM-004"]["status"] == "pass"
 
     assert not (roots["plain"] / "etc/systemd/system").exists()
@@ -442,6 +450,10 @@ def systemd_container():
             time.sleep(0.5)
         subprocess.run(["podman", "exec", "-i", name, "sh", "-c", "cat > /lib/systemd/system/containerd.service"],
                        input=FAKE_CONTAINERD.encode(), check=True)  # fmt: skip
+        # A Kubernetes node: kubelet's unit is installed (not started), so containerd's limit is the pods' limit.
+        subprocess.run(["podman", "exec", "-i", name, "sh", "-c", "cat > /lib/systemd/system/kubelet.service"],
+                       input=b"[Unit]\nDescription=kubelet stand-in\n[Service]\nExecStart=/bin/true\n",
+                       check=True)  # fmt: skip
         subprocess.run(
             ["podman", "exec", name, "sh", "-c",
              "cp /bin/sleep /usr/local/bin/containerd && systemctl daemon-reload && systemctl start containerd"],
@@ -508,7 +520,7 @@ def test_memlock_dropin_and_restart_gate_on_a_live_systemd_host(systemd_containe
     assert _sh(name, "systemctl show -p LimitMEMLOCK --value containerd") == str(4096 * 1024)  # reloaded
     assert _sh(name, "systemctl show -p MainPID --value containerd") == pid  # not restarted
     assert restart == ["containerd.service"]
-    svc = facts["memlock"]["services"][0]
+    [svc] = [s for s in facts["memlock"]["services"] if s["unit"] == "containerd.service"]
     assert svc["processes"][0]["pid"] == int(pid) and svc["processes"][0]["soft_kb"] == 2048
     assert finding["status"] == "fail" and "restart containerd.service" in finding["message"], finding
 

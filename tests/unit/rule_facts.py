@@ -231,7 +231,18 @@ HEALTHY = {
             "slow_start_after_idle": 0,
             "unsupported": {},
         },
-        "infiniband": [],
+        # An HGX H100 node's compute fabric: eight ConnectX-7 HCAs, one 400 Gb/s NDR port each.
+        "infiniband": [
+            {
+                "device": "mlx5_%d" % i,
+                "port": 1,
+                "state": "ACTIVE",
+                "phys_state": "LinkUp",
+                "rate_gbps": 400.0,
+                "link_layer": "InfiniBand",
+            }
+            for i in range(8)
+        ],
         "peers": [],
     },
     "links": {"source": "declared", "peers": [{"site": "eu_west", "rtt_ms": 180.0, "bandwidth_gbps": 1.0}]},

@@ -53,8 +53,12 @@ def _finding(facts, rule_id, overrides=None):
 
 
 def test_wildcard_limits_line_does_not_reach_a_containerd_service(tmp_path):
-    """old code: pass ("* soft memlock unlimited" counted although containerd's jobs never see it)."""
-    facts, _ = _facts(tmp_path, {"job_services": [mkroot.job_service("containerd.service")]})
+    """old code: pass ("* soft memlock unlimited" counted although containerd's pods never see it). A Kubernetes node
+    (kubelet + containerd): a pod has no ulimit of its own and inherits the runtime's."""
+    facts, _ = _facts(
+        tmp_path,
+        {"job_services": [mkroot.job_service("kubelet.service"), mkroot.job_service("containerd.service")]},
+    )
     f = _finding(facts, "HOST-MEM-004")
     assert f["status"] == "fail", f
     assert "containerd.service" in f["message"] and "pid 2303" in f["message"] and "8 MiB" in f["message"]
@@ -124,11 +128,12 @@ def test_a_unit_fixed_on_disk_but_not_restarted_still_fails_and_says_restart(tmp
         tmp_path,
         {
             "job_services": [
+                mkroot.job_service("kubelet.service"),
                 mkroot.job_service(
                     "containerd.service",
                     process_memlock_kb=8192,
                     dropins={"90-gpufleet-memlock.conf": "[Service]\nLimitMEMLOCK=infinity\n"},
-                )
+                ),
             ]
         },
     )
@@ -144,14 +149,14 @@ def test_installed_units_not_running_are_judged_by_their_unit_and_the_manager_de
             "systemd_default_memlock": "infinity",
             "job_services": [
                 mkroot.job_service("kubelet.service", running=False),
-                mkroot.job_service("docker.service", "64M", running=False),
+                mkroot.job_service("crio.service", "64M", running=False),
             ],
         },
     )
     f = _finding(facts, "HOST-MEM-004")
     assert f["status"] == "fail"
-    assert [i["unit"] for i in f["items"]] == ["docker.service"]
-    assert "LimitMEMLOCK in /lib/systemd/system/docker.service gives 64 MiB when started" in f["message"]
+    assert [i["unit"] for i in f["items"]] == ["crio.service"]
+    assert "LimitMEMLOCK in /lib/systemd/system/crio.service gives 64 MiB when started" in f["message"]
     assert f["observed"]["kubelet.service"]["source"] == "DefaultLimitMEMLOCK in /etc/systemd/system.conf"
     assert "not judged" in f["observed"]["kubelet.service"]["note"]
     # A policy that asks for 64 MiB only: both give enough.
@@ -242,3 +247,33 @@ def test_grace_hopper_host_is_judged_sensibly(tmp_path):
     # The same GPU on node 0 with an affinity beyond the node's CPUs still fails.
     g.update(numa_node=0, cpu_affinity="0-80")
     assert _finding(facts, "GPU-NUMA-001")["status"] == "fail"
+
+
+def test_without_an_rdma_device_the_memlock_limit_binds_no_gpu_job(tmp_path):
+    """CUDA's pinned host memory is pinned by the driver, not mlock: only RDMA registration (InfiniBand, RoCE, EFA)
+    counts against RLIMIT_MEMLOCK. A stock host with no RDMA device (Google Cloud A3 High: GPUDirect-TCPX) passes
+    whatever limits.conf says; the same host with an HCA fails."""
+    facts, _ = _facts(tmp_path, {"memlock_kb": 8192, "process_memlock_kb": 8192})
+    assert _finding(facts, "HOST-MEM-004")["status"] == "fail"  # healthy() has eight ConnectX-7 ports
+    facts["network"]["infiniband"] = []
+    f = _finding(facts, "HOST-MEM-004")
+    assert f["status"] == "pass" and "no RDMA device" in f["message"], f
+
+
+def test_dockerd_and_a_runtime_without_kubelet_are_read_not_judged(tmp_path):
+    """docker run --ulimit memlock=-1 gives a container its limit whatever dockerd has (NGC containers are run that
+    way); without kubelet, containerd's containers get their limit from the tool that runs them. Users' limits.conf
+    is what is judged then."""
+    facts, _ = _facts(
+        tmp_path,
+        {"job_services": [mkroot.job_service("docker.service"), mkroot.job_service("containerd.service")]},
+    )
+    f = _finding(facts, "HOST-MEM-004")
+    assert f["status"] == "pass" and "users' jobs may lock enough memory" in f["message"], f
+    # with kubelet beside it, the same containerd is judged (a pod inherits it)
+    facts, _ = _facts(
+        tmp_path,
+        {"job_services": [mkroot.job_service("kubelet.service"), mkroot.job_service("containerd.service")]},
+        "k8s-node",
+    )
+    assert _finding(facts, "HOST-MEM-004")["status"] == "fail"

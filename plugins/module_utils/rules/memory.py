@@ -14,6 +14,7 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import 
     _gpus,
     _host,
     _indexes,
+    _net,
     _swapping,
     result,
     skip,
@@ -137,12 +138,26 @@ def _applies_to_users(domain):
     return domain not in ("root", "0", ":0", "0:0", "0:")
 
 
+# Why a job daemon's own limit is not judged, by unit. dockerd: `docker run --ulimit memlock=-1` sets a container's
+# limit whatever dockerd has (NVIDIA's NGC containers are run that way for RDMA). containerd and CRI-O: judged only
+# where kubelet runs, since a Kubernetes pod has no per-pod ulimit and inherits the runtime's.
+def _not_judged(svc, units):
+    if svc.get("starts_jobs") is False:
+        return "starts no job itself (pods run under the container runtime): not judged"
+    if svc.get("process") == "dockerd":
+        return "containers get their limit from docker run --ulimit memlock=-1 (as NGC containers are run): not judged"
+    if svc.get("process") in ("containerd", "crio") and "kubelet.service" not in units:
+        return "no kubelet: containers get their limit from the tool that runs them, not from the runtime: not judged"
+    return None
+
+
 def _judge_services(memlock, required):
     """Items for each job-running unit whose jobs get less than ``required``: a running daemon by its own
     /proc/<pid>/limits (what its children inherit now), an installed one by its unit's LimitMEMLOCK (else
     DefaultLimitMEMLOCK, else systemd's default)."""
     default = memlock.get("systemd_default")
     items, observed = [], {}
+    units = {s.get("unit") for s in memlock.get("services") or []}
     for svc in memlock.get("services") or []:
         unit = svc.get("unit")
         limit = svc.get("limit")
@@ -158,8 +173,9 @@ def _judge_services(memlock, required):
             "source": source,
             "running": [{"pid": p["pid"], "limit": _kb_text(p.get("soft_kb"))} for p in procs],
         }
-        if svc.get("starts_jobs") is False:
-            observed[unit]["note"] = "starts no job itself (pods run under the container runtime): not judged"
+        note = _not_judged(svc, units)
+        if note:
+            observed[unit]["note"] = note
             continue
         unit_ok = _memlock_ok(unit_kb, required)
         short = [p for p in procs if not _memlock_ok(p.get("soft_kb"), required)]
@@ -191,7 +207,20 @@ def check_memlock(facts, pol):
         return skip("memlock limits not readable")
     required = pol["memory"]["min_memlock_kb"]
     expected = "unlimited" if required is None else ">= %d KiB" % required
-    services = [s for s in memlock.get("services") or [] if s.get("starts_jobs") is not False]
+    # RLIMIT_MEMLOCK bounds RDMA memory registration (ibv_reg_mr: NCCL over InfiniBand, RoCE or EFA, GPUDirect
+    # RDMA, MPI). CUDA's own pinned host memory (cudaHostAlloc) is pinned by the driver and is not bound by it, so
+    # on a host without an RDMA device the limit changes nothing for GPU jobs.
+    rdma = _net(facts, "infiniband")
+    if rdma is not None and not rdma:
+        return result(
+            "pass",
+            {"rdma_devices": []},
+            expected + " where RDMA devices exist",
+            "no RDMA device (InfiniBand, RoCE, EFA in /sys/class/infiniband): the memlock limit does not "
+            "bound GPU jobs here",
+        )
+    units = {s.get("unit") for s in memlock.get("services") or []}
+    services = [s for s in memlock.get("services") or [] if not _not_judged(s, units)]
     if services:
         expected += " for the daemons that start GPU jobs"
         items, observed = _judge_services(memlock, required)
