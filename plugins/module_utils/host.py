@@ -296,7 +296,7 @@ def read_cpu(fs, unsupported):
     else:
         unsupported["cpu.sockets"] = unsupported["cpu.cores"] = "no CPU topology in sysfs or /proc/cpuinfo"
 
-    governors, mins, maxs, curs = {}, [], [], []
+    governors, epps, mins, maxs, curs = {}, {}, [], [], []
     driver = None
     for n in cpus:
         base = "%s/cpu%d/cpufreq/" % (CPU_SYS, n)
@@ -304,6 +304,11 @@ def read_cpu(fs, unsupported):
         if gov is None:
             continue
         governors.setdefault(gov.strip(), []).append(n)
+        # Hardware-managed P-states (intel_pstate / amd-pstate active mode): the energy-performance preference
+        # steers the hardware's choice (kernel admin-guide/pm/intel_pstate, amd-pstate).
+        epp = (fs.read(base + "energy_performance_preference") or "").strip()
+        if epp:
+            epps.setdefault(epp, []).append(n)
         if driver is None:
             driver = (fs.read(base + "scaling_driver") or "").strip() or None
         for name, bucket in (("scaling_min_freq", mins), ("scaling_max_freq", maxs), ("scaling_cur_freq", curs)):
@@ -312,6 +317,7 @@ def read_cpu(fs, unsupported):
                 bucket.append(value)
     cpu["governors"] = dict((g, decoders.cpus_to_cpulist(ids)) for g, ids in sorted(governors.items()))
     cpu["scaling_driver"] = driver
+    cpu["epp"] = dict((e, decoders.cpus_to_cpulist(ids)) for e, ids in sorted(epps.items()))
     if not governors:
         unsupported["cpu.governors"] = "no cpufreq under %s/cpu*/cpufreq (VM, or no cpufreq driver)" % CPU_SYS
         unsupported["cpu.scaling_driver"] = unsupported["cpu.governors"]

@@ -51,6 +51,10 @@ SPEC = {
     },
     "cpu": {
         "governor": ("performance", "str", "Required CPU frequency governor."),
+        "hwp_epp": (["performance", "balance_performance"], "list",
+                    "Energy-performance preferences with which the powersave governor of a hardware-managed P-state "
+                    "driver (intel_pstate, amd-pstate-epp: the distributions' default) is a low warning instead of "
+                    "a failure; [] makes cpu.governor the only passing state."),
         "min_cpus_per_gpu": (12, "int",
                              "Fewest logical CPUs (vCPUs, hardware threads) per GPU for data loading and launch "
                              "threads. 12 is the least the big clouds' 8-GPU shapes give (Azure ND H100 v5: 96 vCPUs; "

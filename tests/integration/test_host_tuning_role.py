@@ -73,6 +73,7 @@ def test_host_tuning_fixes_its_rules(tmp_path):
         tmp_path / "root",
         {
             "governor": "powersave",
+            "epp": "power",  # TuneD's powersave profile: a fail (the balanced default is only a low warning)
             "swappiness": 60,
             "swap_total_mib": 8192,  # HOST-MEM-002 is judged only where swap exists
             "thp_defrag": "always",
@@ -128,7 +129,7 @@ def test_host_tuning_fixes_its_rules(tmp_path):
 
 
 def test_tuned_keeps_the_governor(tmp_path):
-    root = mkroot.build_root(tmp_path / "root", {"governor": "powersave"})
+    root = mkroot.build_root(tmp_path / "root", {"governor": "powersave", "epp": "power"})
     (root / "etc/tuned").mkdir(parents=True, exist_ok=True)
     (root / "etc/tuned/active_profile").write_text("balanced\n")
     inv = {

@@ -277,3 +277,30 @@ def test_dockerd_and_a_runtime_without_kubelet_are_read_not_judged(tmp_path):
         "k8s-node",
     )
     assert _finding(facts, "HOST-MEM-004")["status"] == "fail"
+
+
+# ------------------------------------------------------------------ HOST-CPU-001 under HWP
+
+
+@pytest.mark.parametrize(
+    "overrides, status, severity",
+    [
+        # stock Ubuntu on an Intel server: intel_pstate, powersave, EPP balance_performance -> a low warning
+        ({"governor": "powersave"}, "warn", "low"),
+        # the same driver steered to save power -> fails
+        ({"governor": "powersave", "epp": "power"}, "fail", "high"),
+        # acpi-cpufreq's powersave is the lowest clock -> fails
+        ({"governor": "powersave", "scaling_driver": "acpi-cpufreq"}, "fail", "high"),
+        ({}, "pass", "high"),
+    ],
+)
+def test_powersave_under_hardware_p_states_is_a_warning_not_a_failure(tmp_path, overrides, status, severity):
+    """old code: every stock Ubuntu server (intel_pstate powersave, EPP balance_performance) failed high."""
+    facts, _ = _facts(tmp_path, overrides)
+    f = _finding(facts, "HOST-CPU-001")
+    assert (f["status"], f["severity"]) == (status, severity), f
+    if status == "warn":
+        assert "balance_performance" in f["message"] and "intel_pstate" in f["message"]
+    # cpu.hwp_epp: [] makes the governor the only passing state
+    if status == "warn":
+        assert _finding(facts, "HOST-CPU-001", {"cpu": {"hwp_epp": []}})["status"] == "fail"

@@ -19,6 +19,11 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import 
 )
 
 
+# Drivers whose powersave governor is not "slowest clock" but hands the choice to the hardware (HWP), steered by
+# the energy-performance preference (kernel admin-guide/pm/intel_pstate "Active Mode With HWP", amd-pstate).
+HWP_DRIVERS = ("intel_pstate", "amd-pstate-epp")
+
+
 def check_governor(facts, pol):
     governors = _host(facts, "cpu", "governors")
     if governors is None:
@@ -26,15 +31,26 @@ def check_governor(facts, pol):
     if not governors:
         return skip("no cpufreq governor exposed (virtual machine or cpufreq disabled)")
     wanted = pol["cpu"]["governor"]
+    expected = "%s on every CPU" % wanted
     others = {g: cpus for g, cpus in governors.items() if g != wanted}
-    if others:
+    if not others:
+        return result("pass", governors, expected, "every CPU uses %s" % wanted)
+    driver = _host(facts, "cpu", "scaling_driver")
+    epp = _host(facts, "cpu", "epp") or {}
+    accepted = pol["cpu"]["hwp_epp"]
+    text = "; ".join("%s: %s" % kv for kv in sorted(others.items()))
+    if driver in HWP_DRIVERS and set(others) == {"powersave"} and epp and accepted and set(epp) <= set(accepted):
+        observed = {"governors": governors, "scaling_driver": driver, "epp": epp}
         return result(
-            "fail",
-            governors,
-            "%s on every CPU" % wanted,
-            "CPUs not on %s: %s" % (wanted, "; ".join("%s: %s" % kv for kv in sorted(others.items()))),
+            "warn",
+            observed,
+            expected,
+            "CPUs on %s's powersave with energy-performance preference %s (%s): the hardware picks the clock, "
+            "the distributions' balanced default; %s still shortens frequency ramps for launch and data-loading "
+            "threads" % (driver, ", ".join(sorted(epp)), text, wanted),
+            severity="low",
         )
-    return result("pass", governors, "%s on every CPU" % wanted, "every CPU uses %s" % wanted)
+    return result("fail", governors, expected, "CPUs not on %s: %s" % (wanted, text))
 
 
 def check_cores_per_gpu(facts, pol):
@@ -125,12 +141,15 @@ def check_numa_locality(facts, pol):
             )
     observed = {"gpu_nodes": sorted(gpu_nodes), "fabric_nic_nodes": sorted(nic_nodes)}
     if items:
+        affinity = [i for i in items if "gpu" in i]
         return result(
             "fail",
             observed,
             "GPU affinity, GPU and fabric NIC on the same NUMA node",
             "%d NUMA locality problem(s)" % len(items),
             items=items,
+            # Only the NIC layout (no GPU's affinity crosses a socket): a board property, low.
+            severity=None if affinity else "low",
         )
     return result(
         "pass",
@@ -190,10 +209,13 @@ RULES = (
         "high",
         "CPU governor is not performance",
         "Power-saving governors lower CPU clocks between bursts; kernel launches, data loading and NCCL progress "
-        "threads then wait for the CPU and the GPUs idle.",
+        "threads then wait for the CPU and the GPUs idle. Under a hardware-managed P-state driver (intel_pstate, "
+        "amd-pstate-epp) the powersave governor with a balanced energy-performance preference is the "
+        "distributions' default and lets the hardware boost on demand: a low warning (cpu.hwp_epp); with a "
+        "power-saving preference, or acpi-cpufreq's powersave (the lowest clock), it fails.",
         check_governor,
         role="host_tuning",
-        references=(sources.KERNEL_CPUFREQ,),
+        references=(sources.KERNEL_CPUFREQ, sources.KERNEL_INTEL_PSTATE),
     ),
     Rule(
         "HOST-CPU-002",
@@ -213,8 +235,10 @@ RULES = (
         "cpu",
         "medium",
         "GPU, its CPUs and its NIC on different NUMA nodes",
-        "Traffic between a GPU and CPUs or NICs on another socket crosses the inter-socket link, halving "
-        "bandwidth and adding latency to every copy and RDMA transfer.",
+        "A GPU whose CPU affinity reaches another socket sends its copies and kernel launches across the "
+        "inter-socket link (medium). A GPU with no fabric NIC on its NUMA node is a property of the board and slot "
+        "layout that matters for GPUDirect RDMA across nodes; many dual-socket PCIe servers have one NIC for all "
+        "GPUs, so that case is reported at low severity.",
         check_numa_locality,
         manual="Check BIOS NUMA settings and PCIe slot placement; bind jobs with numactl or your scheduler's "
         "topology awareness.",
@@ -223,10 +247,12 @@ RULES = (
     Rule(
         "HOST-CPU-003",
         "cpu",
-        "medium",
+        "low",
         "Automatic NUMA balancing is on",
-        "NUMA balancing unmaps and migrates pages of long-running processes, causing latency spikes and "
-        "migrating pinned buffers' neighbours; GPU servers bind memory explicitly instead.",
+        "NUMA balancing periodically unmaps the pages of long-running processes to see where they are used and "
+        "migrates them, which adds latency spikes; GPU jobs that bind their CPUs and memory (numactl, the "
+        "scheduler's topology) gain nothing from it. Distributions (Ubuntu, the clouds' images) turn it on for "
+        "multi-socket machines, so it is a tuning, not a fault: low.",
         check_numa_balancing,
         role="host_tuning",
         references=(sources.KERNEL_SYSCTL_KERNEL,),

@@ -332,10 +332,11 @@ RULES = (
     Rule(
         "HOST-MEM-002",
         "memory",
-        "medium",
+        "low",
         "vm.swappiness too high",
-        "A high swappiness lets the kernel swap out data-loader memory to keep page cache, which causes stalls "
-        "under memory pressure.",
+        "Where swap exists, a high swappiness (the distributions' 60) lets the kernel swap out data-loader memory "
+        "to keep page cache, which causes stalls under memory pressure. It is preventive: actual swapping is "
+        "HOST-MEM-001 (high), and a host without swap passes.",
         check_swappiness,
         role="host_tuning",
         references=(sources.KERNEL_VM_SYSCTL,),

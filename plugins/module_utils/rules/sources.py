@@ -112,6 +112,10 @@ KERNEL_CPUFREQ = (
     "Linux kernel: CPU performance scaling (governors)",
     "https://docs.kernel.org/admin-guide/pm/cpufreq.html",
 )
+KERNEL_INTEL_PSTATE = (
+    "Linux kernel: intel_pstate (active mode with HWP, energy-performance preference)",
+    "https://docs.kernel.org/admin-guide/pm/intel_pstate.html",
+)
 KERNEL_SYSCTL_KERNEL = (
     "Linux kernel: /proc/sys/kernel (numa_balancing)",
     "https://docs.kernel.org/admin-guide/sysctl/kernel.html",

@@ -32,6 +32,9 @@ CPU
   governor              governor of every CPU
   governors             {cpulist: governor} on top of `governor`, e.g. {"0-55,112-167": "powersave"}
   scaling_driver        intel_pstate (writes intel_pstate/no_turbo), or e.g. acpi-cpufreq / amd-pstate
+  epp                   energy_performance_preference of every CPU under intel_pstate / amd-pstate-epp (HWP);
+                        null: what the kernel shows - performance under the performance governor, else
+                        balance_performance (the default most firmware and distributions leave)
                         (writes cpufreq/boost)
   boost                 turbo on (true), off (false), or null (no boost file)
   freq_min_mhz, freq_max_mhz, freq_cur_mhz      scaling_min_freq, scaling_max_freq, scaling_cur_freq
@@ -130,6 +133,7 @@ DEFAULTS: dict[str, Any] = {
     "governor": "performance",
     "governors": {},
     "scaling_driver": "intel_pstate",
+    "epp": None,
     "boost": True,
     "freq_min_mhz": 800,
     "freq_max_mhz": 3800,
@@ -564,6 +568,9 @@ def write_cpus(w: _Writer, s: Mapping[str, Any], layout: list[dict[str, int]]) -
             w(freq + "scaling_cur_freq", f"{s['freq_cur_mhz'] * 1000}\n")
             w(freq + "cpuinfo_min_freq", "800000\n")
             w(freq + "cpuinfo_max_freq", "3800000\n")
+            if s["scaling_driver"] in ("intel_pstate", "amd-pstate-epp"):
+                epp = s["epp"] or ("performance" if governors[c["id"]] == "performance" else "balance_performance")
+                w(freq + "energy_performance_preference", epp + "\n")
     if s["cpufreq"] and s["boost"] is not None:
         if s["scaling_driver"] == "intel_pstate":
             w("/sys/devices/system/cpu/intel_pstate/no_turbo", "0\n" if s["boost"] else "1\n")
