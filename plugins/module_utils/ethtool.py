@@ -172,6 +172,24 @@ def parse_rings_json(text):
 
 _FEATURE_RE = re.compile(r"^\s*([A-Za-z0-9_.-]+):\s+(on|off)(?:\s+\[([^\]]*)\])?\s*$")
 
+# Feature groups and the hardware sub-features that decide whether the group can be turned on. ethtool marks a
+# group "[fixed]" only when every member is fixed, but a group also holds software flags that are always
+# changeable (tx-tcp-mangleid-segmentation is in NETIF_F_ALL_TSO): a NIC without TSO (ENA) shows
+# "tcp-segmentation-offload: off" with tx-tcp-segmentation and tx-tcp6-segmentation "off [fixed]", and
+# `ethtool -K ... tso on` changes nothing. Such a group counts as fixed.
+HARDWARE_MEMBERS = {
+    "tcp-segmentation-offload": ("tx-tcp-segmentation", "tx-tcp6-segmentation"),
+}
+
+
+def _fixed_groups(features, fixed):
+    """``fixed`` plus each group of HARDWARE_MEMBERS that is off and whose hardware members are all fixed off."""
+    out = set(fixed)
+    for group, members in HARDWARE_MEMBERS.items():
+        if features.get(group) is False and all(m in out and features.get(m) is False for m in members):
+            out.add(group)
+    return sorted(out)
+
 
 def parse_features_text(text):
     """``ethtool -k`` -> ({feature: active}, [features marked "[fixed]"]), every feature and sub-feature."""
@@ -186,7 +204,7 @@ def parse_features_text(text):
             fixed.append(name)
     if not features:
         raise EthtoolParseError("no 'feature: on|off' lines")
-    return features, sorted(fixed)
+    return features, _fixed_groups(features, fixed)
 
 
 def parse_features_json(text):
@@ -202,7 +220,7 @@ def parse_features_json(text):
             fixed.append(name)
     if not features:
         raise EthtoolParseError("no feature objects")
-    return features, sorted(fixed)
+    return features, _fixed_groups(features, fixed)
 
 
 # --- ethtool -c --------------------------------------------------------------------------------

@@ -185,8 +185,8 @@ EXPECTED = {
             "receive-hashing",
         ],
         "offloads_off": ["tcp-segmentation-offload", "rx-checksumming", "large-receive-offload"],
-        "fixed": ["rx-checksumming", "tx-tcp-segmentation", "large-receive-offload"],
-        "not_fixed": ["tcp-segmentation-offload", "generic-receive-offload"],
+        "fixed": ["rx-checksumming", "tx-tcp-segmentation", "large-receive-offload", "tcp-segmentation-offload"],
+        "not_fixed": ["generic-receive-offload"],  # TSO: no hardware TSO, so the group counts as fixed
         "speed": -1,
         "mtu": 9001,
     },
@@ -860,3 +860,19 @@ def test_fake_ethtool_second_statistics_reading(tmp_path):
     assert rc == 0 and out == _read("mlx5_core", "eth0", "show-stats")
     rc, _, err = _fake(["--json", "-S", "eth0"])  # like ethtool 6.1
     assert rc == 1 and "bad command line argument" in err
+
+
+def test_tso_without_hardware_tso_counts_as_fixed():
+    """ENA has no TSO: tx-tcp-segmentation and tx-tcp6-segmentation are "off [fixed]" while the software flag
+    tx-tcp-mangleid-segmentation is not, so ethtool does not mark the group fixed; `tso on` changes nothing, so
+    NET-OFFL-001 must not ask for it (issue 13: AWS p5 reference host)."""
+    from ansible_collections.gpufleet.tuning.plugins.module_utils import ethtool as et
+
+    text = (ETHTOOL_FIX / "ena" / "ens5" / "show-features").read_text()
+    features, fixed = et.parse_features_text(text)
+    assert features["tcp-segmentation-offload"] is False and "tcp-segmentation-offload" in fixed
+    features, fixed = et.parse_features_json((ETHTOOL_FIX / "ena" / "ens5" / "show-features.json").read_text())
+    assert "tcp-segmentation-offload" in fixed
+    # mlx5 has TSO: the group stays changeable
+    text = (ETHTOOL_FIX / "mlx5_core" / "ens1f0np0" / "show-features").read_text()
+    assert "tcp-segmentation-offload" not in et.parse_features_text(text)[1]
