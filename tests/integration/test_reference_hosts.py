@@ -147,5 +147,22 @@ def test_seed_mistuning_fires_the_right_rule(audit, host, number):
         f"{reference.MISTUNINGS[number]['title']} on {host}: {missing} did not fire (fired: {sorted(fired)})\n"
         + _describe(wanted)
     )
-    # The injection, not the host, makes them fire: none of them fires on the healthy host.
-    assert not [r for r in expected if r in before], f"{sorted(set(expected) & before)} already fire on {host}"
+    # The injection, not the host, makes them fire: on the healthy host each is silent, or fires at a lower severity
+    # or with fewer items (GPU-NUMA-001 on a server whose only NIC sits on one socket is low there).
+    healthy = {f["rule"]: f for f in _findings(audit, host) if f["rule"] in before}
+    injected = {f["rule"]: f for f in wanted}
+    same = [
+        r
+        for r in expected
+        if r in healthy
+        and _rank(injected[r]) >= _rank(healthy[r])
+        and len(injected[r].get("items") or []) <= len(healthy[r].get("items") or [])
+    ]
+    assert not same, f"{same} already fire on {host} as badly as after the injection\n" + _describe(
+        [healthy[r] for r in same] + [injected[r] for r in same]
+    )
+
+
+def _rank(finding) -> int:
+    """0 for critical ... 4 for info: lower is worse."""
+    return ("critical", "high", "medium", "low", "info").index(finding["severity"])

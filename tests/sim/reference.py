@@ -93,6 +93,10 @@ AZURE_VERSIONS = (
 AZURE_ACCELNET = "https://learn.microsoft.com/en-us/azure/virtual-network/accelerated-networking-how-it-works"
 NV_HGX_RA = "https://docs.nvidia.com/reference-architectures/hgx-ai-factory-h100-h200-b200/components.md"
 NV_DRIVER_GUIDE = "https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/index.html"
+DGX_OS = (
+    "https://docs.nvda.net.cn/dgx/dgx-os-7-user-guide/appendix_c_dgx_software_stack.html (mirror of the DGX OS 7 "
+    "user guide, appendix C: nvidia-system-core packages; DGX OS 6 ships the same meta-package: assumed)"
+)
 NV_FM = "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html"
 MLPERF_DGX = (
     "https://raw.githubusercontent.com/mlcommons/inference_results_v4.1/main/closed/NVIDIA/systems/"
@@ -437,16 +441,16 @@ HOSTS: dict[str, dict[str, Any]] = {
             "cpu_model": "Intel(R) Xeon(R) Platinum 8480C",
             "cpufreq": True,
             "scaling_driver": "intel_pstate",
-            # Ubuntu's ondemand.service switches intel_pstate to powersave a minute after boot; no NVIDIA document
-            # found that DGX OS changes this (unverified).
-            "governor": "powersave",
+            # DGX OS's nvidia-system-core: nv-cpu-governor sets the performance governor,
+            # nvidia-disable-numa-balancing turns automatic NUMA balancing off.
+            "governor": "performance",
             "mem_total_mib": 2048 * GIB_MIB,
             "mem_available_mib": 1950000,
             "swap_total_mib": 0,
             "swappiness": 60,
             "thp_enabled": "madvise",
             "thp_defrag": "madvise",
-            "numa_balancing": 1,
+            "numa_balancing": 0,
             "memlock_kb": None,
             "process_memlock_kb": 8192,
             "os": "ubuntu22.04",
@@ -485,8 +489,8 @@ HOSTS: dict[str, dict[str, Any]] = {
             "2 x 8480C, 2 TB, Ubuntu 22.04.4 on an HGX board": MLPERF_DGX,
             "fabric manager required on NVSwitch systems, version = driver": NV_FM,
             "ConnectX-7 rings, offloads": ETHTOOL_README + " (mlx5_core/ens1f0np0)",
-            "intel_pstate powersave (ondemand.service; a DGX OS change unverified), swappiness 60": UBUNTU_DEFAULTS,
-            "kernel.numa_balancing 1 (2 NUMA nodes)": KERNEL_NUMA_BALANCING,
+            "performance governor (nv-cpu-governor), NUMA balancing off, nv-limits raises file limits only": DGX_OS,
+            "swappiness 60, THP madvise, no memlock line for users (none in DGX OS's list)": UBUNTU_DEFAULTS,
             "driver 570 (open modules), kernel 5.15.0-1042-nvidia, NIC names, PCI addresses": "illustrative (DGX OS 6)",
         },
     },
