@@ -82,17 +82,8 @@ options:
     default: 3.0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.tuning.attributes.read_only
   - gpufleet.tuning.gpu_reader
-attributes:
-  platform:
-    platforms: posix
-    support: full
-  check_mode:
-    support: full
-    details: The module only reads.
-  diff_mode:
-    support: none
-    details: The module only reads.
 requirements:
   - nvidia-ml-py (C(pynvml)) on GPU hosts, or C(nvidia-smi); C(ethtool) for NIC details.
 notes:

@@ -55,16 +55,7 @@ options:
     default: /
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  platform:
-    platforms: posix
-    support: full
-  check_mode:
-    support: full
-    details: The module only reads.
-  diff_mode:
-    support: none
-    details: The module only reads.
+  - gpufleet.tuning.attributes.read_only
 requirements:
   - nvidia-ml-py (import name C(pynvml)) on the target, or C(nvidia-smi) for the fallback.
 notes:

@@ -103,15 +103,8 @@ options:
     version_added: "0.3.0"
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.tuning.attributes.changing
   - gpufleet.tuning.rollback
-attributes:
-  platform:
-    platforms: posix
-    support: full
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
 requirements:
   - nvidia-ml-py (C(pynvml)) on the target; root (C(become=true)) for every change.
 notes:

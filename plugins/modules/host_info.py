@@ -72,16 +72,7 @@ options:
     default: 24
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  platform:
-    platforms: posix
-    support: full
-  check_mode:
-    support: full
-    details: The module only reads.
-  diff_mode:
-    support: none
-    details: The module only reads.
+  - gpufleet.tuning.attributes.read_only
 notes:
   - Memory is in MiB unless a key says otherwise, frequencies in MHz, swap rates in pages per second.
   - C(memlock.process_*) are the limits of the module's own process (the Ansible connection's session), a fair

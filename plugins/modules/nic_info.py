@@ -88,16 +88,7 @@ options:
     default: 1
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  platform:
-    platforms: posix
-    support: full
-  check_mode:
-    support: full
-    details: The module only reads.
-  diff_mode:
-    support: none
-    details: The module only reads.
+  - gpufleet.tuning.attributes.read_only
 requirements:
   - ethtool on the target for driver, ring, offload, coalescing and channel information.
 notes:

@@ -104,15 +104,8 @@ options:
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.tuning.attributes.changing
   - gpufleet.tuning.rollback
-attributes:
-  platform:
-    platforms: posix
-    support: full
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
 """
 
 EXAMPLES = r"""

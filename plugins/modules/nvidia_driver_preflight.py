@@ -78,17 +78,8 @@ options:
     default: /
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.tuning.attributes.read_only
   - gpufleet.tuning.gpu_reader
-attributes:
-  platform:
-    platforms: posix
-    support: full
-  check_mode:
-    support: full
-    details: The module only reads.
-  diff_mode:
-    support: none
-    details: The module only reads.
 seealso:
   - name: NVIDIA Driver Installation Guide, kernel modules
     description: Open and proprietary kernel modules, which GPUs need which; Secure Boot.

@@ -62,15 +62,8 @@ options:
     default: "Managed by gpufleet (gpufleet.tuning). Local changes will be overwritten."
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.tuning.attributes.changing
   - gpufleet.tuning.rollback
-attributes:
-  platform:
-    platforms: posix
-    support: full
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
 notes:
   - Boot order follows systemd-sysctl and C(sysctl --system); the last file setting a key wins.
 """
