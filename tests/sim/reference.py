@@ -110,6 +110,10 @@ UBUNTU_DEFAULTS = (
     "Ubuntu 22.04: vm.swappiness 60 (kernel default), THP enabled=madvise defrag=madvise, tcp cubic with the kernel's "
     "buffer defaults, net.core.default_qdisc fq_codel (systemd 50-default.conf), irqbalance running"
 )
+SLURM_MEMLOCK = (
+    "https://slurm.schedmd.com/faq.html#memlock (jobs inherit slurmd's locked-memory limit) and Slurm's "
+    "etc/slurmd.service.in (LimitMEMLOCK=infinity)"
+)
 ETHTOOL_README = "tests/fixtures/ethtool/<driver>/README.md (each recording's source)"
 
 # --------------------------------------------------------------------------------------------------- the hosts
@@ -453,6 +457,9 @@ HOSTS: dict[str, dict[str, Any]] = {
             "numa_balancing": 0,
             "memlock_kb": None,
             "process_memlock_kb": 8192,
+            # An HGX node in a cluster runs its jobs under the scheduler: slurmd from Slurm's own unit, which sets
+            # LimitMEMLOCK=infinity (etc/slurmd.service.in), so jobs inherit an unlimited memlock limit.
+            "job_services": [mkroot.job_service("slurmd.service", "infinity")],
             "os": "ubuntu22.04",
             "kernel_release": "5.15.0-1042-nvidia",
             "kernel_version": "#42-Ubuntu SMP Wed Nov 15 20:28:30 UTC 2023",
@@ -491,6 +498,7 @@ HOSTS: dict[str, dict[str, Any]] = {
             "ConnectX-7 rings, offloads": ETHTOOL_README + " (mlx5_core/ens1f0np0)",
             "performance governor (nv-cpu-governor), NUMA balancing off, nv-limits raises file limits only": DGX_OS,
             "swappiness 60, THP madvise, no memlock line for users (none in DGX OS's list)": UBUNTU_DEFAULTS,
+            "slurmd with LimitMEMLOCK=infinity (Slurm's slurmd.service; jobs inherit slurmd's limit)": SLURM_MEMLOCK,
             "driver 570 (open modules), kernel 5.15.0-1042-nvidia, NIC names, PCI addresses": "illustrative (DGX OS 6)",
         },
     },
