@@ -59,6 +59,8 @@ def catalog_text(width: int = WIDTH) -> str:
         out.extend(_wrap(f"{r['id']:<13} {r['area']:<9} {r['severity']:<9} {r['title']}", width, "", " " * 34))
         out.extend(_wrap(r["rationale"], width))
         out.extend(_wrap(f"fix: {_fix_text(r['fix'])}", width, INDENT, INDENT + "     "))
+        if r.get("policy_keys"):
+            out.extend(_wrap(f"policy: {', '.join(r['policy_keys'])}", width, INDENT, INDENT + "        "))
         for ref in r["references"]:
             line = f"{INDENT}source: {ref['title']} <{ref['url']}>"
             if len(line) <= width:

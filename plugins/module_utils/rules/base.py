@@ -17,7 +17,9 @@ class Rule:
     """One catalog entry. ``references``: ``(title, where)`` pairs from ``rules.sources`` (vendor or kernel
     documentation, or the bench script behind a threshold of ours); every rule has at least one."""
 
-    def __init__(self, rule_id, area, severity, title, rationale, check, role=None, manual=None, references=()):
+    def __init__(
+        self, rule_id, area, severity, title, rationale, check, role=None, manual=None, references=(), policy_keys=()
+    ):
         if area not in AREAS:
             raise ValueError("unknown area %r" % (area,))
         if severity not in SEVERITIES:
@@ -32,6 +34,8 @@ class Rule:
         if not references or not all(isinstance(r, tuple) and len(r) == 2 and r[0] and r[1] for r in references):
             raise ValueError("rule %s: references must be a non-empty tuple of (title, where) pairs" % rule_id)
         self.references = tuple(references)
+        # The policy keys the check reads (dotted, as `gpufleet policy` lists them): grep a key to find its rules.
+        self.policy_keys = tuple(policy_keys)
 
     def describe(self):
         return {
@@ -42,6 +46,7 @@ class Rule:
             "rationale": self.rationale,
             "fix": dict(self.fix),
             "references": [{"title": title, "url": where} for title, where in self.references],
+            "policy_keys": list(self.policy_keys),
         }
 
 

@@ -215,6 +215,7 @@ RULES = (
         "power-saving preference, or acpi-cpufreq's powersave (the lowest clock), it fails.",
         check_governor,
         role="host_tuning",
+        policy_keys=("cpu.governor", "cpu.hwp_epp"),
         references=(sources.KERNEL_CPUFREQ, sources.KERNEL_INTEL_PSTATE),
     ),
     Rule(
@@ -228,6 +229,7 @@ RULES = (
         "p5.48xlarge 192, Google Cloud a3-highgpu-8g 208), so only hosts leaner than any of them are flagged.",
         check_cores_per_gpu,
         manual="Choose an instance or server with more CPUs per GPU, or move preprocessing off the node.",
+        policy_keys=("cpu.min_cores_per_gpu", "cpu.min_cpus_per_gpu"),
         references=(sources.AZURE_ND_H100_V5, sources.AWS_P5, sources.GCP_A3),
     ),
     Rule(
@@ -242,6 +244,7 @@ RULES = (
         check_numa_locality,
         manual="Check BIOS NUMA settings and PCIe slot placement; bind jobs with numactl or your scheduler's "
         "topology awareness.",
+        policy_keys=("cpu.fabric_nic_min_mbps",),
         references=(sources.GPUDIRECT_RDMA, sources.NVML_QUERIES),
     ),
     Rule(
@@ -255,6 +258,7 @@ RULES = (
         "multi-socket machines, so it is a tuning, not a fault: low.",
         check_numa_balancing,
         role="host_tuning",
+        policy_keys=("cpu.numa_balancing",),
         references=(sources.KERNEL_SYSCTL_KERNEL,),
     ),
     Rule(
@@ -266,6 +270,7 @@ RULES = (
         "limits network and storage throughput.",
         check_irqbalance,
         role="host_tuning",
+        policy_keys=("cpu.irqbalance",),
         references=(sources.KERNEL_IRQ_AFFINITY,),
     ),
 )

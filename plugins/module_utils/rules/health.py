@@ -666,6 +666,7 @@ RULES = (
         "that need a reset or service.",
         check_xid,
         manual="Look up each Xid in NVIDIA's Xid catalog; drain the node for hardware Xids (48, 63, 64, 74, 79, 95).",
+        policy_keys=("health.xid_min_severity",),
         references=(sources.XID_CATALOG,),
     ),
     Rule(
@@ -676,6 +677,7 @@ RULES = (
         "Uncorrected PCIe errors crash GPU jobs; many corrected ones point at a marginal link, riser or slot.",
         check_aer,
         manual="Reseat GPUs and risers; check firmware and BIOS PCIe settings.",
+        policy_keys=("health.aer_corrected_max",),
         references=(sources.KERNEL_AER,),
     ),
     Rule(
@@ -689,6 +691,7 @@ RULES = (
         check_gpu_count,
         manual="Drain the node; check the boot log for the missing GPUs (Xid 79, RmInitAdapter), reseat or service "
         "them.",
+        policy_keys=("health.expected_gpu_count",),
         references=(sources.NVIDIA_PCI_TABLE, sources.KERNEL_SYSFS_PCI, sources.NVML_QUERIES),
     ),
     Rule(
@@ -701,6 +704,7 @@ RULES = (
         check_sxid,
         manual="Look up each SXid in the fabric manager guide; drain the node and reset the GPUs and NVSwitches after "
         "a fatal SXid.",
+        policy_keys=("health.xid_min_severity",),
         references=(sources.FABRIC_MANAGER, sources.XID_CATALOG),
     ),
     Rule(

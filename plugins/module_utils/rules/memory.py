@@ -310,6 +310,7 @@ RULES = (
         "training or inference then runs at the speed of the swap device.",
         check_gpu_memory_full_and_swapping,
         manual=_SWAP_FIX,
+        policy_keys=("memory.gpu_full_pct", "memory.psi_some_avg10", "memory.swap_rate_pages_per_s"),
         references=(
             sources.CUDA_BEST_PRACTICES_PINNED,
             sources.PYTORCH_CUDA_MEMORY,
@@ -327,6 +328,7 @@ RULES = (
         "A GPU server that swaps stalls data loaders and CUDA host allocations; the GPUs wait for the disk.",
         check_swap_activity,
         manual=_SWAP_FIX,
+        policy_keys=("memory.psi_some_avg10", "memory.swap_rate_pages_per_s"),
         references=(sources.PROC_VMSTAT, sources.KERNEL_PSI),
     ),
     Rule(
@@ -339,6 +341,7 @@ RULES = (
         "HOST-MEM-001 (high), and a host without swap passes.",
         check_swappiness,
         role="host_tuning",
+        policy_keys=("memory.max_swappiness",),
         references=(sources.KERNEL_VM_SYSCTL,),
     ),
     Rule(
@@ -351,6 +354,7 @@ RULES = (
         "'madvise' (RHEL's default, with enabled=always) keeps the benefit where asked for.",
         check_thp,
         role="host_tuning",
+        policy_keys=("memory.thp_defrag", "memory.thp_enabled"),
         references=(sources.KERNEL_THP,),
     ),
     Rule(
@@ -365,6 +369,7 @@ RULES = (
         "not apply to root). A root process with CAP_IPC_LOCK is not bound by the limit at all.",
         check_memlock,
         role="host_tuning",
+        policy_keys=("memory.min_memlock_kb",),
         references=(sources.MLOCK, sources.LIMITS_CONF, sources.SYSTEMD_EXEC, sources.SLURM_FAQ_MEMLOCK),
     ),
     Rule(
@@ -376,6 +381,7 @@ RULES = (
         "out-of-memory errors while RAM is free.",
         check_overcommit,
         role="host_tuning",
+        policy_keys=("memory.overcommit_memory",),
         references=(sources.KERNEL_VM_SYSCTL,),
     ),
 )

@@ -372,6 +372,7 @@ RULES = (
         "on every link and Linux removes the IPv6 addresses of a smaller one.",
         check_mtu,
         role="network_tuning",
+        policy_keys=("network.interfaces", "network.min_mtu", "network.mtu"),
         references=(sources.GCP_MTU, sources.AWS_MTU, sources.RFC8200_MTU, sources.ESNET_HOST_TUNING),
     ),
     Rule(
@@ -387,6 +388,7 @@ RULES = (
         "*_allowance_exceeded counters are the instance's limits, not rings, and are reported as information.",
         check_rings,
         role="network_tuning",
+        policy_keys=("network.interfaces",),
         references=(sources.MLX5_COUNTERS, sources.ICE_DRIVER, sources.ENA_BEST_PRACTICES, sources.ETHTOOL),
     ),
     Rule(
@@ -398,6 +400,7 @@ RULES = (
         "and stealing cycles from data loading.",
         check_offloads,
         role="network_tuning",
+        policy_keys=("network.interfaces", "network.offloads"),
         references=(sources.KERNEL_OFFLOADS, sources.KERNEL_CHECKSUM_OFFLOADS, sources.ETHTOOL),
     ),
     Rule(
@@ -411,6 +414,14 @@ RULES = (
         "4 bandwidth-delay products (2x: 350 Mbit/s, 4x: 545 Mbit/s on 180 ms, 1 Gbit/s, 0.1 % loss).",
         check_tcp_buffers,
         role="network_tuning",
+        policy_keys=(
+            "network.buffer_factor",
+            "network.default_bandwidth_gbps",
+            "network.max_buffer_bytes",
+            "peers",
+            "site",
+            "sites",
+        ),
         references=(sources.KERNEL_IP_SYSCTL, sources.ESNET_HOST_TUNING, sources.BENCH_WAN),
     ),
     Rule(
@@ -423,6 +434,14 @@ RULES = (
         "policy can limit it to long inter-site links.",
         check_congestion_control,
         role="network_tuning",
+        policy_keys=(
+            "network.congestion_control",
+            "network.congestion_control_scope",
+            "network.long_link_rtt_ms",
+            "peers",
+            "site",
+            "sites",
+        ),
         references=(sources.KERNEL_IP_SYSCTL, sources.BBR_PAPER, sources.IP_ROUTE, sources.BENCH_WAN),
     ),
     Rule(
@@ -433,6 +452,7 @@ RULES = (
         "Paths across providers often black-hole large packets; MTU probing lets TCP recover instead of stalling.",
         check_mtu_probing,
         role="network_tuning",
+        policy_keys=("network.long_link_rtt_ms", "peers", "site", "sites"),
         references=(sources.KERNEL_IP_SYSCTL, sources.RFC4821),
     ),
     Rule(
@@ -444,6 +464,7 @@ RULES = (
         "bursty checkpoint and dataset transfers never reach full speed.",
         check_slow_start_after_idle,
         role="network_tuning",
+        policy_keys=("network.long_link_rtt_ms", "peers", "site", "sites"),
         references=(sources.KERNEL_IP_SYSCTL, sources.RFC5681_IDLE),
     ),
 )

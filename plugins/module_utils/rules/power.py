@@ -290,6 +290,7 @@ RULES = (
         "is kept exactly: above it breaks the budget, below it loses throughput for nothing.",
         check_power_limit,
         role="gpu_runtime",
+        policy_keys=("power.limit_pct", "power.limit_w", "power.min_power_limit_pct"),
         references=(sources.NVML_QUERIES, sources.NVML_COMMANDS),
     ),
     Rule(
@@ -313,6 +314,7 @@ RULES = (
         "Within a few degrees of the slowdown threshold the GPU will soon throttle hard; cooling is marginal.",
         check_temperature,
         manual="Check fans, airflow, blanking panels and inlet temperature.",
+        policy_keys=("power.temp_margin_c",),
         references=(sources.NVML_QUERIES,),
     ),
     Rule(
@@ -324,6 +326,7 @@ RULES = (
         "idle GPUs lower their link speed on purpose and are not flagged.",
         check_pcie_link,
         manual="Reseat the GPU or riser, check the slot and BIOS PCIe settings.",
+        policy_keys=("power.busy_util_pct",),
         references=(sources.NVML_QUERIES, sources.NVIDIA_SMI),
     ),
     Rule(
@@ -334,6 +337,7 @@ RULES = (
         "Without ECC, memory bit flips silently corrupt results and can crash long jobs.",
         check_ecc_mode,
         role="gpu_runtime",
+        policy_keys=("power.ecc",),
         references=(sources.NVML_QUERIES, sources.GPU_MEMORY_ERRORS),
     ),
     Rule(

@@ -241,6 +241,7 @@ RULES = (
         "differently from the others.",
         check_driver_version,
         role="nvidia_driver",
+        policy_keys=("software.driver_branch", "software.driver_min_version"),
         references=(sources.DRIVER_INSTALL,),
     ),
     Rule(

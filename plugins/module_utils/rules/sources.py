@@ -137,7 +137,10 @@ ETHTOOL = (
     "ethtool(8): -g/-G rings, -k/-K offloads, -S statistics",
     "https://man7.org/linux/man-pages/man8/ethtool.8.html",
 )
-KERNEL_SYSFS_PCI = ("Linux kernel: accessing PCI device resources through sysfs", "https://docs.kernel.org/PCI/sysfs-pci.html")
+KERNEL_SYSFS_PCI = (
+    "Linux kernel: accessing PCI device resources through sysfs",
+    "https://docs.kernel.org/PCI/sysfs-pci.html",
+)
 KERNEL_AER = ("Linux kernel: PCI Express advanced error reporting", "https://docs.kernel.org/PCI/pcieaer-howto.html")
 IP_ROUTE = ("ip-route(8): congctl", "https://man7.org/linux/man-pages/man8/ip-route.8.html")
 MLX5_COUNTERS = (
