@@ -284,7 +284,7 @@ REBOOT_FACT = """  tasks:
     ],
 )
 def test_reboot_required_is_set_on_every_run(tmp_path, profiles, sim_lib, hostvars, expected):
-    state = _policy_host(tmp_path, profiles, sim_lib, ["gpu.*.ecc_current=0", "gpu.*.ecc_pending=0"], **hostvars)
+    _policy_host(tmp_path, profiles, sim_lib, ["gpu.*.ecc_current=0", "gpu.*.ecc_pending=0"], **hostvars)
     (tmp_path / "play.yml").write_text(PLAY + REBOOT_FACT)
     gpu1, _changed = _run(tmp_path)
     assert gpu1.status == "ok", gpu1.message

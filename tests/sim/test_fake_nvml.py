@@ -891,7 +891,8 @@ def test_health_getters_faults_and_rates(libdir, sdir):
             "rec": [fv0.nvmlReturn, fv0.value.uiVal, fv1.nvmlReturn],
             "bad_link": res(N.nvmlDeviceGetNvLinkErrorCounter, h0, 18, 0),
             "bad_counter": res(N.nvmlDeviceGetNvLinkErrorCounter, h0, 0, 9),
-            "short_vbios": ctypes.CDLL("libnvidia-ml.so.1").nvmlDeviceGetVbiosVersion(h0, ctypes.create_string_buffer(4), 4),
+            "short_vbios": ctypes.CDLL("libnvidia-ml.so.1").nvmlDeviceGetVbiosVersion(
+                h0, ctypes.create_string_buffer(4), 4),
         })
     """,
     )

@@ -234,7 +234,7 @@ HEALTHY = {
         # An HGX H100 node's compute fabric: eight ConnectX-7 HCAs, one 400 Gb/s NDR port each.
         "infiniband": [
             {
-                "device": "mlx5_%d" % i,
+                "device": f"mlx5_{i}",
                 "port": 1,
                 "state": "ACTIVE",
                 "phys_state": "LinkUp",
