@@ -8,18 +8,20 @@ __metaclass__ = type
 
 
 class ModuleDocFragment:
-    # The attributes of gpufleet's modules, written once: read-only modules and modules that change the host.
-    # Use with ansible.builtin.action_common_attributes (which defines what each attribute means).
+    # The attributes of gpufleet's modules, written once. Every module takes the default (POSIX targets, with
+    # ansible.builtin.action_common_attributes for what each attribute means), then read_only or changing, or its own
+    # check_mode/diff_mode entries where it says more.
     DOCUMENTATION = r"""
-options: {}
-"""
-
-    READ_ONLY = r"""
 options: {}
 attributes:
   platform:
     platforms: posix
     support: full
+"""
+
+    READ_ONLY = r"""
+options: {}
+attributes:
   check_mode:
     support: full
     details: The module only reads.
@@ -31,9 +33,6 @@ attributes:
     CHANGING = r"""
 options: {}
 attributes:
-  platform:
-    platforms: posix
-    support: full
   check_mode:
     support: full
   diff_mode:

@@ -55,10 +55,8 @@ options:
     default: none
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.tuning.attributes
 attributes:
-  platform:
-    platforms: posix
-    support: full
   check_mode:
     support: full
     details: Reports are written in check mode too; they change nothing on the hosts.

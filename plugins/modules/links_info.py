@@ -35,13 +35,8 @@ options:
     default: 3.0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpufleet.tuning.attributes
+  - gpufleet.tuning.attributes.read_only
 """
 
 EXAMPLES = r"""

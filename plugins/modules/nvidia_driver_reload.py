@@ -36,11 +36,9 @@ options:
     default: [nvidia-persistenced.service, nvidia-fabricmanager.service]
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.tuning.attributes
   - gpufleet.tuning.gpu_reader
 attributes:
-  platform:
-    platforms: posix
-    support: full
   check_mode:
     support: full
     details: Reports the reload it would do.

@@ -63,10 +63,8 @@ options:
     type: str
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.tuning.attributes
 attributes:
-  platform:
-    platforms: posix
-    support: full
   check_mode:
     support: full
     details:

@@ -43,10 +43,8 @@ options:
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.tuning.attributes
 attributes:
-  platform:
-    platforms: posix
-    support: full
   check_mode:
     support: full
   diff_mode:

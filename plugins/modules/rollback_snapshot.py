@@ -27,11 +27,9 @@ options:
     required: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.tuning.attributes
   - gpufleet.tuning.rollback
 attributes:
-  platform:
-    platforms: posix
-    support: full
   check_mode:
     support: full
   diff_mode:

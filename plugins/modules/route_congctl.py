@@ -60,14 +60,9 @@ options:
     default: /proc/sys/net/ipv4/tcp_available_congestion_control
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.tuning.attributes
+  - gpufleet.tuning.attributes.changing
   - gpufleet.tuning.rollback
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
 """
 
 EXAMPLES = r"""

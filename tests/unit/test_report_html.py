@@ -13,7 +13,8 @@ import pytest
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import html as report_html
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import schema
 
-REPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "reports"
+from reports import load
+
 VOID = {"meta", "input", "br", "img", "link", "hr", "col", "area", "base", "wbr", "source"}
 
 
@@ -68,15 +69,6 @@ def parse(text):
     builder.feed(text)
     builder.close()
     return builder.root
-
-
-def load(name):
-    return json.loads((REPORTS / name).read_text(encoding="utf-8"))
-
-
-@pytest.fixture(scope="module")
-def sample():
-    return load("sample-v1.json")
 
 
 @pytest.fixture(scope="module")

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import junit
 
-REPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "reports"
-
-
-def load(name):
-    return json.loads((REPORTS / name).read_text(encoding="utf-8"))
-
-
-@pytest.fixture(scope="module")
-def sample():
-    return load("sample-v1.json")
+from reports import load
 
 
 @pytest.fixture(scope="module")

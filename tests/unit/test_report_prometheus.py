@@ -7,18 +7,17 @@ dedicated test skips, saying so, and the other tests still check the format with
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
 import warnings
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import prometheus
 
-REPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "reports"
+from reports import load
+
 FAMILIES = [
     "gpufleet_finding",
     "gpufleet_host_up",
@@ -83,15 +82,6 @@ def parse(text):
             series.add(key)
             families[name]["samples"].append((labels, float(value)))
     return families
-
-
-def load(name):
-    return json.loads((REPORTS / name).read_text(encoding="utf-8"))
-
-
-@pytest.fixture(scope="module")
-def sample():
-    return load("sample-v1.json")
 
 
 @pytest.fixture(scope="module")

@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import schema
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report.terminal import CELL_WIDTH, clean, render_terminal
 
-REPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "reports"
+from reports import load
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def load(name):
-    return json.loads((REPORTS / name).read_text(encoding="utf-8"))
-
-
-@pytest.fixture(scope="module")
-def sample():
-    return load("sample-v1.json")
 
 
 @pytest.fixture(scope="module")
