@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from reports import load
+from report_fixtures import load
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import html as report_html
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import schema
-
-from reports import load
+from report_fixtures import load
 
 VOID = {"meta", "input", "br", "img", "link", "hr", "col", "area", "base", "wbr", "source"}
 

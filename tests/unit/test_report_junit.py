@@ -6,8 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import junit
-
-from reports import load
+from report_fixtures import load
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,7 @@ from datetime import datetime, timezone
 
 import pytest
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import prometheus
-
-from reports import load
+from report_fixtures import load
 
 FAMILIES = [
     "gpufleet_finding",

@@ -8,8 +8,7 @@ import re
 import pytest
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import schema
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report.terminal import CELL_WIDTH, clean, render_terminal
-
-from reports import load
+from report_fixtures import load
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
