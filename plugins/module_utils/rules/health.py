@@ -412,11 +412,16 @@ def check_ecc_uncorrected(facts, pol):
         for g in known
     }
     expected = {"volatile": 0, "aggregate": 0}
-    volatile = [
-        {"gpu": g["index"], "volatile": g["ecc"]["volatile_uncorrected"]}
-        for g in known
-        if (_get(g, "ecc", "volatile_uncorrected") or 0) > 0
-    ]
+
+    def counted(kind):
+        """One item per GPU whose ``kind`` (volatile: since the driver loaded; aggregate: lifetime) count is > 0."""
+        return [
+            {"gpu": g["index"], kind: g["ecc"][kind + "_uncorrected"]}
+            for g in known
+            if (_get(g, "ecc", kind + "_uncorrected") or 0) > 0
+        ]
+
+    volatile = counted("volatile")
     if volatile:
         return result(
             "fail",
@@ -427,11 +432,7 @@ def check_ecc_uncorrected(facts, pol):
             % ([i["gpu"] for i in volatile], ", ".join("GPU %s: %d" % (i["gpu"], i["volatile"]) for i in volatile)),
             items=volatile,
         )
-    history = [
-        {"gpu": g["index"], "aggregate": g["ecc"]["aggregate_uncorrected"]}
-        for g in known
-        if (_get(g, "ecc", "aggregate_uncorrected") or 0) > 0
-    ]
+    history = counted("aggregate")
     if history:
         return result(
             "warn",
