@@ -14,6 +14,8 @@
 # 4. Images, tagged by a hash of their recipe (rebuilt only when the recipe changes) plus the alias :current:
 #      localhost/gpufleet-debian12          debootstrap minbase bookworm + python3 iproute2 ethtool kmod procps unzip
 #      localhost/gpufleet-debian12-systemd  + systemd systemd-sysv dbus udev (one `podman build --network host` layer)
+#      localhost/gpufleet-debian12-watch    + prometheus-node-exporter slurmctld slurmd slurm-client munge (the watch's
+#                                           lab: node_exporter textfile and a real Slurm; one more layer)
 #      localhost/gpufleet-ubuntu2204        the same on Ubuntu 22.04, only if Ubuntu's archive answers
 # debootstrap works under build/lab/ (git-ignored); its .deb cache stays there for faster rebuilds.
 set -euo pipefail
@@ -160,13 +162,16 @@ rootfs_image() {
   log "built localhost/$name:$tag in $((SECONDS - t0)) s"
 }
 
-# systemd_image BASE_NAME NAME: one `podman build` layer over BASE_NAME:current adding systemd.
-systemd_image() {
-  local base=$1 name=$2 base_id containerfile tag ctx t0
+# layer_image BASE_NAME NAME PACKAGES [BEFORE] [AFTER]: one `podman build` layer over BASE_NAME:current that
+# apt-installs PACKAGES (no recommends); BEFORE and AFTER are shell commands run just before and after apt-get
+# install in the same RUN (each ending in " && " / starting with " && "). The tag hashes the base image and the
+# Containerfile, so a changed package list or base makes a new image and nothing else does.
+layer_image() {
+  local base=$1 name=$2 packages=$3 before=${4:-} after=${5:-} base_id containerfile tag ctx t0
   base_id=$(podman image inspect --format '{{.Id}}' "localhost/$base:current")
   containerfile="FROM localhost/$base:current
-RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \\
-      systemd systemd-sysv dbus udev >/dev/null && apt-get clean && rm -rf /var/lib/apt/lists/* \\
+RUN ${before}apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \\
+      $packages >/dev/null${after} && apt-get clean && rm -rf /var/lib/apt/lists/* \\
  && : >/etc/machine-id
 STOPSIGNAL SIGRTMIN+3
 CMD [\"/sbin/init\"]
@@ -182,7 +187,7 @@ CMD [\"/sbin/init\"]
   mkdir -p "$ctx"
   printf '%s' "$containerfile" >"$ctx/Containerfile"
   t0=$SECONDS
-  log "building localhost/$name:$tag (podman build: apt-get install systemd from Debian's mirror)"
+  log "building localhost/$name:$tag (podman build: apt-get install $packages from Debian's mirror)"
   # --network host: the build step's apt reaches Debian's mirror; the lab containers themselves never do.
   if ! podman build --network host --pull=never -t "localhost/$name:$tag" -f "$ctx/Containerfile" "$ctx" \
       >"$LAB_DIR/$name.build.log" 2>&1; then
@@ -199,7 +204,20 @@ CMD [\"/sbin/init\"]
 # method unpacks the nvidia-ml-py wheel with ansible.builtin.unarchive, which needs it on the target.
 PACKAGES=python3,iproute2,ethtool,kmod,procps,ca-certificates,unzip
 rootfs_image gpufleet-debian12 bookworm "$DEBIAN_MIRROR" "" "$PACKAGES"
-systemd_image gpufleet-debian12 gpufleet-debian12-systemd
+layer_image gpufleet-debian12 gpufleet-debian12-systemd "systemd systemd-sysv dbus udev"
+
+# The watch's lab (issue 16): the on-host checker next to what it reports to, from Debian's own packages:
+# node_exporter's textfile collector (Prometheus end-to-end test) and a real Slurm 22.05 (slurmctld, slurmd,
+# scontrol, munge) for the drain/resume tests (tests/integration/test_watch_slurm.py).
+# A policy-rc.d that answers 101 ("action forbidden", Debian policy 9.3.3 / invoke-rc.d(8)) keeps every maintainer
+# script from starting its daemon during the build; it is removed after. The units stay enabled as Debian ships
+# them: a container booted with /sbin/init starts node_exporter, and munge and Slurm once the lab has written their
+# configuration. The munge key the package generates is deleted: no secret in an image; each lab writes its own
+# shared /etc/munge/munge.key.
+layer_image gpufleet-debian12-systemd gpufleet-debian12-watch \
+  "prometheus-node-exporter slurmctld slurmd slurm-client munge" \
+  "printf '#!/bin/sh\\nexit 101\\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && " \
+  " && rm -f /usr/sbin/policy-rc.d /etc/munge/munge.key"
 
 # Ubuntu 22.04: only when its archive is reachable (checked once, 5 s); a skipped image is said, never faked.
 # Debian has no Ubuntu keyring package: the ubuntu-keyring .deb comes from the archive itself and only the key with
@@ -241,7 +259,7 @@ if [ "${GPUFLEET_LAB_UBUNTU:-1}" = 1 ]; then
 fi
 
 ready=()
-for image in gpufleet-debian12 gpufleet-debian12-systemd gpufleet-ubuntu2204; do
+for image in gpufleet-debian12 gpufleet-debian12-systemd gpufleet-debian12-watch gpufleet-ubuntu2204; do
   podman image exists "localhost/$image:current" && ready+=("localhost/$image:current")
 done
 log "lab ready in $((SECONDS - started)) s: network $NETWORK, images ${ready[*]}"
