@@ -93,10 +93,18 @@ fi
 # --------------------------------------------------------------------------------------------------- network
 # --internal: no gateway, no NAT, no route out; containers reach each other only. Molecule reaches them through
 # `podman exec` (containers.podman.podman connection), not the network.
-if ! podman network exists "$NETWORK"; then
-  podman network create --internal --subnet "$SUBNET" "$NETWORK" >/dev/null
+# Asked with podman's stock default network: once containers.conf names $NETWORK as default_network, podman 4.3
+# (CNI) makes up an in-memory network of that name on its default bridge (cni-podman0, 10.88.0.0/16, a NAT gateway)
+# when no file defines it, and `podman network exists` says yes - the lab then ran on the gateway bridge.
+net_conf=$(mktemp)
+printf '[network]\nnetwork_backend = "cni"\n' >"$net_conf"
+if ! CONTAINERS_CONF=$net_conf podman network exists "$NETWORK"; then
+  CONTAINERS_CONF=$net_conf podman network create --internal --subnet "$SUBNET" "$NETWORK" >/dev/null
   log "created internal network $NETWORK ($SUBNET)"
 fi
+rm -f "$net_conf"
+[ "$(podman network inspect --format '{{.Internal}}' "$NETWORK")" = true ] ||
+  die "network $NETWORK exists but is not internal (podman network inspect $NETWORK); remove it and run again"
 
 # ---------------------------------------------------------------------------------------------------- images
 mkdir -p "$LAB_DIR"
