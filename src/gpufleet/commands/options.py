@@ -34,25 +34,25 @@ class _FailOnChoices:
         return value in self._all()
 
 
-def seconds(text: str) -> int:
+def _at_least_one(text: str, what: str = "", unit: str = "") -> int:
+    """``text`` as a whole number of at least 1; the errors say ``what`` it counts (" of seconds") and ``unit``."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number{what}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 second, got {value}")
+        raise argparse.ArgumentTypeError(f"must be at least 1{unit}, got {value}")
     return value
+
+
+def seconds(text: str) -> int:
+    """A whole number of seconds, at least 1 (--lock-timeout, --host-timeout)."""
+    return _at_least_one(text, " of seconds", " second")
 
 
 def positive(text: str) -> int:
     """A whole number of at least 1 (--forks)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+    return _at_least_one(text)
 
 
 class Inventories(argparse.Action):
