@@ -175,14 +175,10 @@ policy:
   type: dict
 """
 
-import hashlib
-import json
 import os
-import threading
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import commands, gpu, host, ifname, links, nic, rules
-from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
+from ansible_collections.gpufleet.tuning.plugins.module_utils import audit_core, gpu, ifname, rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, merge_layers, validate
 
 POLICY_LAYERS = ("gpufleet_policy", "gpufleet_policy_group", "gpufleet_policy_host", "gpufleet_policy_overrides")
@@ -237,72 +233,19 @@ def main():
         module.fail_json(msg="ethtool_path: not an executable file: %s (give the path of ethtool, "
                              "or leave it unset to search PATH)" % ethtool_path)
 
-    fs = HostFS(params["root"])
-
-    run = commands.runner(module)
-
-    facts = {"gpu": None, "host": None, "network": None}
-
-    ethtool = (ethtool_path or module.get_bin_path("ethtool")) if "network" in params["gather"] else None
-
-    def network():
-        facts["network"] = nic.collect(fs, run, interfaces=interfaces, ethtool=ethtool,
-                                       ethtool_missing=None if ethtool else "ethtool not found in PATH",
-                                       stats_interval=params["sample_seconds"])
-
-    def gpu_and_network():
-        # The GPUs' error counters and the NICs' drop counters are each read twice, sample_seconds apart: the NIC
-        # reads run in a thread while NVML is read here, so the two waits overlap (the module itself, fail_json
-        # included, is only used from this thread).
-        worker = errors = None
-        if "network" in params["gather"]:
-            errors = []
-
-            def guarded():
-                try:
-                    network()
-                except Exception as exc:  # re-raised below, in the module's thread
-                    errors.append(exc)
-
-            worker = threading.Thread(target=guarded, name="gpufleet-nic")
-            worker.start()
-        try:
-            if "gpu" in params["gather"]:
-                facts["gpu"] = gpu.read(module, fs, sample_seconds=params["sample_seconds"])
-        finally:
-            if worker is not None:
-                worker.join()
-        if errors:
-            raise errors[0]
-
-    if "host" in params["gather"]:
-        # The swap-rate sample (sample_seconds) is a wait on the target: the GPU (NVML start-up can take seconds
-        # on a host without persistence mode) and NIC reads, with their own counter samples, run inside it, so the
-        # audit takes about the longest of them instead of their sum.
-        facts["host"] = host.collect(fs, run=run, sample_seconds=params["sample_seconds"],
-                                     kernel_log=params["kernel_log"], kernel_log_file=params["kernel_log_file"],
-                                     kernel_log_lines=params["kernel_log_lines"],
-                                     kernel_log_since_hours=params["kernel_log_since_hours"],
-                                     meanwhile=gpu_and_network)
-    else:
-        gpu_and_network()
-
-    link_facts = links.resolve(policy, measure=lambda peers: links.measure_rtt(peers, timeout=params["peer_timeout"]))
-    facts["links"] = link_facts
-    if facts["network"] is not None and policy["network"]["congestion_control_scope"] == "routes":
-        # network.congestion_control_scope: routes - NET-TCP-002 judges the routes to the long-haul peers' prefixes.
-        facts["network"]["routes"] = links.read_route_congctl(run, links.classify(policy, link_facts)[2])
-    findings = rules.evaluate(facts, policy)
-    del facts["links"]
+    result = audit_core.run(module, policy, root=params["root"], gather=params["gather"], interfaces=interfaces,
+                            sample_seconds=params["sample_seconds"], kernel_log=params["kernel_log"],
+                            kernel_log_file=params["kernel_log_file"], kernel_log_lines=params["kernel_log_lines"],
+                            kernel_log_since_hours=params["kernel_log_since_hours"], ethtool=ethtool_path,
+                            peer_timeout=params["peer_timeout"])
 
     module.exit_json(
         changed=False,
-        facts=facts if params["include_facts"] else {},
-        links=link_facts,
-        findings=findings,
-        summary=rules.summarize(findings),
-        # One digest of the policy this host was judged by: `gpufleet report diff` tells a policy change from a fix.
-        policy_digest="sha256:" + hashlib.sha256(json.dumps(policy, sort_keys=True).encode("utf-8")).hexdigest(),
+        facts=result["facts"] if params["include_facts"] else {},
+        links=result["links"],
+        findings=result["findings"],
+        summary=result["summary"],
+        policy_digest=result["policy_digest"],
         policy=policy,
     )
 

@@ -1,0 +1,100 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""One audit of one host: gather the facts, resolve the links, evaluate the rule catalog.
+
+The ``audit`` module and the on-host checker (``watch/checker.py``, run by the watch role's timer) both call
+``run``, so a finding means the same thing wherever it was made. ``module`` is the AnsibleModule, or the checker's
+stand-in with the same four members: ``params`` (the GPU backend options of ``gpu.ARGUMENT_SPEC``),
+``fail_json(msg=...)``, ``get_bin_path(name)`` and ``run_command(argv, environ_update=..., handle_exceptions=...)``.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import json
+import threading
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils import commands, gpu, host, links, nic, rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
+
+GATHER = ("gpu", "host", "network")
+
+
+def policy_digest(policy):
+    """One digest of the policy a host was judged by (`gpufleet report diff` tells a policy change from a fix)."""
+    return "sha256:" + hashlib.sha256(json.dumps(policy, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def run(module, policy, root="/", gather=GATHER, interfaces=None, sample_seconds=1.0, kernel_log="auto",
+        kernel_log_file="/var/log/kern.log", kernel_log_lines=5000, kernel_log_since_hours=24, ethtool=None,
+        peer_timeout=3.0):
+    """facts, links, findings, summary and policy_digest of the host under ``root``, judged by ``policy`` (validated).
+
+    ``interfaces`` None means the policy's network.interfaces; ``ethtool`` is the path of ethtool (None: searched in
+    PATH).
+    """
+    fs = HostFS(root)
+    runner = commands.runner(module)
+    facts = {"gpu": None, "host": None, "network": None}
+    if interfaces is None:
+        interfaces = policy["network"]["interfaces"]
+    if "network" in gather and not ethtool:
+        ethtool = module.get_bin_path("ethtool")
+
+    def network():
+        facts["network"] = nic.collect(fs, runner, interfaces=interfaces, ethtool=ethtool,
+                                       ethtool_missing=None if ethtool else "ethtool not found in PATH",
+                                       stats_interval=sample_seconds)
+
+    def gpu_and_network():
+        # The GPUs' error counters and the NICs' drop counters are each read twice, sample_seconds apart: the NIC
+        # reads run in a thread while NVML is read here, so the two waits overlap (the module itself, fail_json
+        # included, is only used from this thread).
+        worker = errors = None
+        if "network" in gather:
+            errors = []
+
+            def guarded():
+                try:
+                    network()
+                except Exception as exc:  # re-raised below, in the caller's thread
+                    errors.append(exc)
+
+            worker = threading.Thread(target=guarded, name="gpufleet-nic")
+            worker.start()
+        try:
+            if "gpu" in gather:
+                facts["gpu"] = gpu.read(module, fs, sample_seconds=sample_seconds)
+        finally:
+            if worker is not None:
+                worker.join()
+        if errors:
+            raise errors[0]
+
+    if "host" in gather:
+        # The swap-rate sample (sample_seconds) is a wait on the target: the GPU (NVML start-up can take seconds
+        # on a host without persistence mode) and NIC reads, with their own counter samples, run inside it, so the
+        # audit takes about the longest of them instead of their sum.
+        facts["host"] = host.collect(fs, run=runner, sample_seconds=sample_seconds, kernel_log=kernel_log,
+                                     kernel_log_file=kernel_log_file, kernel_log_lines=kernel_log_lines,
+                                     kernel_log_since_hours=kernel_log_since_hours, meanwhile=gpu_and_network)
+    else:
+        gpu_and_network()
+
+    link_facts = links.resolve(policy, measure=lambda peers: links.measure_rtt(peers, timeout=peer_timeout))
+    facts["links"] = link_facts
+    if facts["network"] is not None and policy["network"]["congestion_control_scope"] == "routes":
+        # network.congestion_control_scope: routes - NET-TCP-002 judges the routes to the long-haul peers' prefixes.
+        facts["network"]["routes"] = links.read_route_congctl(runner, links.classify(policy, link_facts)[2])
+    findings = rules.evaluate(facts, policy)
+    del facts["links"]
+    return {
+        "facts": facts,
+        "links": link_facts,
+        "findings": findings,
+        "summary": rules.summarize(findings),
+        "policy_digest": policy_digest(policy),
+    }
