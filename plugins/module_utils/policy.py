@@ -122,6 +122,32 @@ SPEC = {
                                "critical (GPU-HLT-003). null: not checked, only GPUs on the PCI bus that NVML does "
                                "not list are."),
     },
+    "watch": {
+        "interval_seconds": (300, "int",
+                             "How often the on-host checker (role watch) runs; node_exporter serves its last "
+                             "result in between."),
+        "randomized_delay_seconds": (60, "int",
+                                     "Random delay added to each timer run (systemd RandomizedDelaySec), so a fleet "
+                                     "does not read its GPUs and call slurmctld in the same second."),
+        "textfile_dir": ("/var/lib/prometheus/node-exporter", "str",
+                         "The directory of node_exporter's textfile collector (the default of Debian's and "
+                         "Ubuntu's prometheus-node-exporter); the checker writes gpufleet.prom there."),
+        "state_file": ("/var/lib/gpufleet/watch-state.json", "str",
+                       "The checker's last findings, to log what changed between runs."),
+        "problem_severity": ("critical", "severity",
+                             "A finding failing at or above this severity is a problem: the node-problem-detector "
+                             "plugin exits 1 and, with watch.slurm.drain, the node is drained."),
+        "slurm": {
+            "drain": (False, "bool", "Drain this host's Slurm node on a problem (scontrol, reason 'gpufleet: ...')."),
+            "resume": (False, "bool",
+                       "Resume a node gpufleet drained once a complete run finds no problem; a node drained by "
+                       "anyone else is never resumed."),
+            "max_drained_fraction": (0.1, "number",
+                                     "Circuit breaker: no drain while the nodes gpufleet has drained are this fraction "
+                                     "of the node's partition or more (the first drain is always allowed)."),
+            "node_name": (None, "str", "This host's Slurm NodeName; null: the short host name."),
+        },
+    },
 }
 
 
@@ -359,6 +385,21 @@ def _validate_positive(policy):
                               "write rules: {%s: {enabled: false}})" % (path, value, rule, rule))
 
 
+def _validate_watch(policy):
+    watch = policy.get("watch") or {}
+    if watch.get("interval_seconds", 1) < 10:
+        raise PolicyError("policy.watch.interval_seconds: must be >= 10, got %r (a check reads every GPU and "
+                          "samples counters for about a second)" % watch["interval_seconds"])
+    for key in ("textfile_dir", "state_file"):
+        value = watch.get(key)
+        if value is not None and not value.startswith("/"):
+            raise PolicyError("policy.watch.%s: must be an absolute path, got %r" % (key, value))
+    fraction = (watch.get("slurm") or {}).get("max_drained_fraction")
+    if fraction is not None and not 0 < fraction <= 1:
+        raise PolicyError("policy.watch.slurm.max_drained_fraction: must be > 0 and <= 1, got %r (to never drain, "
+                          "set watch.slurm.drain: false)" % fraction)
+
+
 def validate(overrides, known_rules=None):
     """Check a (partial) policy; raise PolicyError naming the key path. Returns the merged policy. Keys may be
     nested (``memory: {max_swappiness: 5}``) or dotted at the top level (``memory.max_swappiness: 5``)."""
@@ -371,6 +412,7 @@ def validate(overrides, known_rules=None):
     _validate_links(policy)
     _validate_mtu(policy)
     _validate_power(policy)
+    _validate_watch(policy)
     _validate_rules(policy, known_rules)
     return policy
 
