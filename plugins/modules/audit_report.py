@@ -55,13 +55,10 @@ options:
     default: none
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - gpufleet.tuning.attributes
+  - gpufleet.tuning.attributes.recording
 attributes:
   check_mode:
-    support: full
     details: Reports are written in check mode too; they change nothing on the hosts.
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""

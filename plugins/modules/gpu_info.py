@@ -55,7 +55,6 @@ options:
     default: /
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - gpufleet.tuning.attributes
   - gpufleet.tuning.attributes.read_only
 requirements:
   - nvidia-ml-py (import name C(pynvml)) on the target, or C(nvidia-smi) for the fallback.

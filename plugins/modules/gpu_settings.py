@@ -103,7 +103,6 @@ options:
     version_added: "0.3.0"
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - gpufleet.tuning.attributes
   - gpufleet.tuning.attributes.changing
   - gpufleet.tuning.rollback
 requirements:

@@ -72,7 +72,6 @@ options:
     default: 24
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - gpufleet.tuning.attributes
   - gpufleet.tuning.attributes.read_only
 notes:
   - Memory is in MiB unless a key says otherwise, frequencies in MHz, swap rates in pages per second.

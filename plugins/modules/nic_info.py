@@ -88,7 +88,6 @@ options:
     default: 1
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - gpufleet.tuning.attributes
   - gpufleet.tuning.attributes.read_only
 requirements:
   - ethtool on the target for driver, ring, offload, coalescing and channel information.

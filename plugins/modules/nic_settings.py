@@ -104,7 +104,6 @@ options:
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - gpufleet.tuning.attributes
   - gpufleet.tuning.attributes.changing
   - gpufleet.tuning.rollback
 """

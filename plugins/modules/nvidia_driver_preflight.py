@@ -78,7 +78,6 @@ options:
     default: /
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - gpufleet.tuning.attributes
   - gpufleet.tuning.attributes.read_only
   - gpufleet.tuning.gpu_reader
 seealso:

@@ -63,16 +63,13 @@ options:
     type: str
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - gpufleet.tuning.attributes
+  - gpufleet.tuning.attributes.recording
 attributes:
   check_mode:
-    support: full
     details:
       - In check mode the lock file is not written, because nothing on the host changes.
       - The task still waits while another run holds the lock, and fails the same way after O(timeout). A prediction
         made while another run is changing the host would be wrong.
-  diff_mode:
-    support: none
 notes:
   - Remove a lock by hand with C(rm /run/gpufleet/remediation.lock) on the host, only when you know its holder is
     gone.

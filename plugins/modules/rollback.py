@@ -43,12 +43,7 @@ options:
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - gpufleet.tuning.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+  - gpufleet.tuning.attributes.recording
 """
 
 EXAMPLES = r"""

@@ -27,13 +27,8 @@ options:
     required: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - gpufleet.tuning.attributes
+  - gpufleet.tuning.attributes.recording
   - gpufleet.tuning.rollback
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""

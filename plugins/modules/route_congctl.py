@@ -60,7 +60,6 @@ options:
     default: /proc/sys/net/ipv4/tcp_available_congestion_control
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - gpufleet.tuning.attributes
   - gpufleet.tuning.attributes.changing
   - gpufleet.tuning.rollback
 """

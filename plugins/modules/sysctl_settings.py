@@ -62,7 +62,6 @@ options:
     default: "Managed by gpufleet (gpufleet.tuning). Local changes will be overwritten."
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - gpufleet.tuning.attributes
   - gpufleet.tuning.attributes.changing
   - gpufleet.tuning.rollback
 notes:

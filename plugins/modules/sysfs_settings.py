@@ -36,7 +36,6 @@ options:
     default: /
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - gpufleet.tuning.attributes
   - gpufleet.tuning.attributes.changing
   - gpufleet.tuning.rollback
 """
