@@ -1,0 +1,253 @@
+"""watch/slurm.py against a real Slurm: Debian 12's slurmctld + slurmd 22.05 and munge in two podman containers
+(image localhost/gpufleet-debian12-watch from scripts/lab-setup.sh) on the internal lab network.
+
+gfn1 runs slurmctld and slurmd, gfn2 slurmd; one partition `gpu` of both (proctrack/linuxproc, task/none: no
+cgroups). The collection's plugins/module_utils tree is copied into both, and reconcile() runs INSIDE a node
+(python3 of the container, its own scontrol), as the checker does on a host. After each call the node's state is
+read back with `sinfo` (not with our parser). The cluster is set up once for the module (about 5 s here) and each
+test starts from both nodes idle.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import tarfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("podman") is None, reason="podman is not installed (scripts/lab-setup.sh)"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="the lab is rootful podman"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE = os.environ.get("GPUFLEET_WATCH_IMAGE", "localhost/gpufleet-debian12-watch:current")
+NETWORK = os.environ.get("GPUFLEET_LAB_NETWORK", "gpufleet-lab")
+NODES = ("gfn1", "gfn2")
+SITE = "/opt/gpufleet"  # where the collection's module_utils go inside the containers
+LOST = {"rule": "GPU-HLT-002", "severity": "critical", "message": "GPU(s) [3] fell off the bus or cannot be opened"}
+POWER = {"rule": "GPU-PWR-002", "severity": "critical", "message": "GPU 1 power limit 500 W above the 400 W cap"}
+ON = {"drain": True, "resume": True, "max_drained_fraction": 0.1, "node_name": None}
+
+SLURM_CONF = """\
+# gpufleet test cluster (tests/integration/test_watch_slurm.py)
+ClusterName=gpufleet-test
+SlurmctldHost=gfn1
+AuthType=auth/munge
+CryptoType=crypto/munge
+SlurmUser=slurm
+SlurmdUser=root
+StateSaveLocation=/var/lib/slurm/slurmctld
+SlurmdSpoolDir=/var/lib/slurm/slurmd
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+# No cgroups in these containers: Linux process tracking, no task binding.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+MpiDefault=none
+ReturnToService=2
+NodeName=gfn[1-2] CPUs=1 RealMemory=100 State=UNKNOWN
+PartitionName=gpu Nodes=gfn[1-2] Default=YES MaxTime=INFINITE State=UP
+"""
+
+# Runs inside a node: reconcile() with the checker's kind of runner (argv, C locale) -> JSON on stdout.
+DRIVER = f"""\
+import json, os, subprocess, sys
+sys.path.insert(0, {SITE!r})
+from ansible_collections.gpufleet.tuning.plugins.module_utils.watch import slurm
+
+
+def run(argv):
+    env = dict(os.environ, LC_ALL="C", LANG="C")
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+
+a = json.loads(sys.argv[1])
+print(json.dumps(slurm.reconcile(run, a["node"], a["problems"], a["clean"], a["settings"])))
+"""
+
+
+def _podman(*argv: str, stdin: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["podman", *argv], input=stdin, capture_output=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"podman {' '.join(argv)}: rc {proc.returncode}: {proc.stderr.decode()}")
+    return proc
+
+
+def _payload(files: dict[str, tuple[bytes, int]], tree: Path, under: str) -> bytes:
+    """A tar of ``files`` (path -> (content, mode)) and the directory ``tree`` placed at ``under``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path, (content, mode) in files.items():
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode = len(content), mode
+            tar.addfile(info, io.BytesIO(content))
+        tar.add(tree, arcname=under.lstrip("/"), filter=lambda t: None if "__pycache__" in t.name else t)
+    return buf.getvalue()
+
+
+class Cluster:
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.containers = {node: f"{prefix}-{node}" for node in NODES}
+
+    def sh(self, node: str, script: str, check: bool = True) -> str:
+        return _podman("exec", self.containers[node], "bash", "-c", script, check=check).stdout.decode()
+
+    def reconcile(self, node: str, problems: list, clean: bool = True, settings: dict | None = None) -> dict:
+        args = {"node": node, "problems": problems, "clean": clean, "settings": settings or ON}
+        out = _podman("exec", self.containers[node], "python3", f"{SITE}/reconcile.py", json.dumps(args))
+        return json.loads(out.stdout)
+
+    def sinfo(self) -> dict[str, dict]:
+        """node -> {state, reason, since}, as `sinfo` prints them (state 'idle', 'drained', ...; reason 'none')."""
+        out = self.sh("gfn1", "sinfo -h -N -p gpu -o '%N|%T|%E|%H'")
+        rows = (line.split("|") for line in out.splitlines() if line.strip())
+        return {n: {"state": s, "reason": r, "since": t} for n, s, r, t in rows}
+
+    def resume_all(self) -> None:
+        for node, row in self.sinfo().items():
+            if row["state"] not in ("idle",):
+                self.sh("gfn1", f"scontrol update nodename={node} state=resume", check=False)
+        self.wait_idle()
+
+    def wait_idle(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            rows = self.sinfo()
+            if sorted(rows) == list(NODES) and all(r["state"] == "idle" for r in rows.values()):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nodes not idle after {timeout} s: {rows}")
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if _podman("image", "exists", IMAGE, check=False).returncode != 0:
+        pytest.skip(f"{IMAGE} is missing: run scripts/lab-setup.sh")
+    started = time.monotonic()
+    lab = Cluster(f"h3slurm-{uuid.uuid4().hex[:6]}")
+    try:
+        for node, name in lab.containers.items():
+            _podman("run", "-d", "--name", name, "--hostname", node, "--network", NETWORK, IMAGE, "sleep", "infinity")
+        ips = {}
+        for node, name in lab.containers.items():
+            ips[node] = (
+                _podman("inspect", "-f", f'{{{{(index .NetworkSettings.Networks "{NETWORK}").IPAddress}}}}', name)
+                .stdout.decode()
+                .strip()
+            )
+        hosts = "".join(f"{ip} {node}\n" for node, ip in ips.items())
+        files = {
+            "/etc/slurm/slurm.conf": (SLURM_CONF.encode(), 0o644),
+            "/etc/munge/munge.key": (secrets.token_bytes(1024), 0o400),  # one key, shared by both nodes
+            f"{SITE}/reconcile.py": (DRIVER.encode(), 0o644),
+            "/tmp/hosts.gpufleet": (hosts.encode(), 0o644),
+        }
+        payload = _payload(
+            files, REPO / "plugins/module_utils", f"{SITE}/ansible_collections/gpufleet/tuning/plugins/module_utils"
+        )
+        for node in NODES:
+            _podman("exec", "-i", lab.containers[node], "tar", "-x", "--no-same-owner", "-C", "/", stdin=payload)
+            lab.sh(
+                node,
+                "set -e; cat /tmp/hosts.gpufleet >>/etc/hosts; chown munge:munge /etc/munge/munge.key; "
+                "install -d -o munge -g munge /run/munge; runuser -u munge -- munged; "
+                "install -d /var/lib/slurm/slurmd; install -d -o slurm /var/log/slurm /var/lib/slurm/slurmctld; "
+                + ("slurmctld; " if node == "gfn1" else "")
+                + "slurmd",
+            )
+        lab.wait_idle()
+        lab.setup_seconds = time.monotonic() - started
+        yield lab
+    finally:
+        names = list(lab.containers.values())
+        _podman("rm", "-f", "-t", "0", *names, check=False)
+
+
+@pytest.fixture
+def lab(cluster):
+    cluster.resume_all()
+    return cluster
+
+
+def test_cluster_comes_up_quickly(cluster):
+    assert cluster.setup_seconds < 30, f"set-up took {cluster.setup_seconds:.1f} s"
+
+
+def test_problem_drains_the_node_with_the_reason(lab):
+    out = lab.reconcile("gfn2", [LOST])
+    reason = "gpufleet: GPU-HLT-002 GPU(s) [3] fell off the bus or cannot be opened"
+    assert (out["action"], out["drained"], out["suppressed"], out["reason"]) == ("drain", True, False, reason)
+    rows = lab.sinfo()
+    assert rows["gfn2"]["state"] == "drained" and rows["gfn2"]["reason"] == reason
+    assert rows["gfn1"]["state"] == "idle"
+    assert reason in lab.sh("gfn1", "scontrol show node gfn2")
+
+
+def test_already_ours_is_not_drained_again_and_the_reason_follows_the_rules(lab):
+    lab.reconcile("gfn2", [LOST])
+    first = lab.sinfo()["gfn2"]
+    time.sleep(1.1)  # the reason's time stamp has a resolution of one second
+    again = lab.reconcile("gfn2", [LOST])
+    assert (again["action"], again["drained"]) == ("none", True)
+    assert lab.sinfo()["gfn2"] == first  # not rewritten: same reason, same time stamp
+    changed = lab.reconcile("gfn2", [LOST, POWER])
+    assert (changed["action"], changed["drained"]) == ("update", True)
+    row = lab.sinfo()["gfn2"]
+    assert row["state"] == "drained"
+    assert row["reason"].startswith("gpufleet: GPU-HLT-002 ") and "; GPU-PWR-002 GPU 1 power limit" in row["reason"]
+    assert row["since"] != first["since"]
+
+
+def test_a_node_drained_by_someone_else_is_never_resumed_or_redrained(lab):
+    lab.sh("gfn1", 'scontrol update nodename=gfn2 state=drain reason="maintenance"')
+    before = lab.sinfo()["gfn2"]
+    assert (before["state"], before["reason"]) == ("drained", "maintenance")
+    for problems in ([], [LOST]):
+        out = lab.reconcile("gfn2", problems, clean=True, settings=ON)
+        assert (out["action"], out["drained"]) == ("foreign", False)
+        assert lab.sinfo()["gfn2"] == before
+
+
+def test_resume_only_with_resume_on_and_a_clean_run(lab):
+    lab.reconcile("gfn2", [LOST])
+    for settings, clean in ((dict(ON, resume=False), True), (ON, False)):
+        out = lab.reconcile("gfn2", [], clean=clean, settings=settings)
+        assert (out["action"], out["drained"]) == ("none", True), (settings, clean)
+        assert lab.sinfo()["gfn2"]["state"] == "drained"
+    out = lab.reconcile("gfn2", [], clean=True, settings=ON)
+    assert (out["action"], out["drained"]) == ("resume", False)
+    lab.wait_idle(timeout=10)
+
+
+def test_circuit_breaker_with_two_nodes(lab):
+    settings = dict(ON, max_drained_fraction=0.5)
+    first = lab.reconcile("gfn1", [LOST], settings=settings)
+    assert (first["action"], first["drained"]) == ("drain", True)
+    rows = lab.sinfo()
+    assert (rows["gfn1"]["state"], rows["gfn2"]["state"]) == ("drained", "idle")
+    second = lab.reconcile("gfn2", [LOST], settings=settings)
+    assert (second["action"], second["drained"], second["suppressed"]) == ("suppressed", False, True)
+    assert "1 of 2 nodes of partition gpu" in second["message"] and "gfn1" in second["message"]
+    rows = lab.sinfo()
+    assert (rows["gfn1"]["state"], rows["gfn2"]["state"]) == ("drained", "idle")
+    # A looser breaker lets the second drain through.
+    third = lab.reconcile("gfn2", [LOST], settings=dict(ON, max_drained_fraction=0.6))
+    assert third["action"] == "drain" and lab.sinfo()["gfn2"]["state"] == "drained"
