@@ -86,7 +86,7 @@ def build_reason(problems):
     text = render(MESSAGE_MAX)
     if len(text) <= REASON_MAX:
         return text
-    ids = "; ".join(rule for rule, _ in ordered)
+    ids = "; ".join(rule for rule, _entry in ordered)
     if len(head + ids) <= REASON_MAX:
         # Whatever room is left goes to the messages, evenly.
         room = REASON_MAX - len(head + ids) - len(ordered)
