@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import socket
 import sys
-import threading
 from pathlib import Path
 
+import labkit
 import pytest
 import yaml
 
@@ -40,26 +39,8 @@ PLAYBOOK = """
 @pytest.fixture(scope="module")
 def listener():
     """A TCP listener on loopback standing in for a peer site's SSH port."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(16)
-    stop = threading.Event()
-
-    def serve():
-        srv.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = srv.accept()
-                conn.close()
-            except OSError:
-                continue
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    yield srv.getsockname()[1]
-    stop.set()
-    t.join(2)
-    srv.close()
+    with labkit.listener() as port:
+        yield port
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,8 @@ with the key's path, not a traceback."""
 
 from __future__ import annotations
 
-import socket
-import threading
-
+import labkit
 import pytest
-import yaml
 
 from gpufleet.runner import run_playbook
 
@@ -29,43 +26,15 @@ PLAY = """
 
 @pytest.fixture
 def listener():
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    stop = threading.Event()
-
-    def accept():
-        sock.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = sock.accept()
-                conn.close()
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield sock.getsockname()[1]
-    stop.set()
-    thread.join(2)
-    sock.close()
+    with labkit.listener() as port:
+        yield port
 
 
 def _run(tmp_path, policy):
-    inv = {
-        "all": {
-            "hosts": {
-                "h": {
-                    "ansible_connection": "local",
-                    "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-                    "policy": policy,
-                }
-            }
-        }
-    }
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
-    (tmp_path / "play.yml").write_text(PLAY)
-    return run_playbook(str(tmp_path / "play.yml"), str(tmp_path / "hosts.yml")).hosts["h"]
+    inventory = labkit.write_inventory(
+        tmp_path, {"h": labkit.local_host("{{ ansible_playbook_python }}", policy=policy)}
+    )
+    return run_playbook(str(labkit.write_play(tmp_path, PLAY)), str(inventory)).hosts["h"]
 
 
 def test_measured_and_declared_links(tmp_path, listener):

@@ -5,16 +5,10 @@ are untouched."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 
+import labkit
 import pytest
-import yaml
-
-from gpufleet.runner import run_playbook
 
 pytestmark = pytest.mark.integration
 POLICY = {
@@ -39,25 +33,16 @@ PLAY = """
 
 
 @pytest.fixture
-def netns(tmp_path):
-    if not shutil.which("ip") or not shutil.which("ethtool"):
-        pytest.skip("iproute2 and ethtool are needed (make test installs them)")
-    name = "gpfr-" + uuid.uuid4().hex[:8]
-    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
-        pytest.skip("ip netns add is not permitted here")
-    try:
-        subprocess.run(["ip", "-n", name, "link", "add", "gv0", "type", "veth", "peer", "name", "gv1"], check=True)
-        subprocess.run(["ip", "-n", name, "link", "set", "gv0", "up"], check=True)
-        subprocess.run(["ip", "-n", name, "link", "set", "gv1", "up"], check=True)
+def netns():
+    with labkit.namespace("gpfr") as name:
+        labkit.veth(name)
         for cmd in (
             ["sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=1"],  # per-namespace keys only
             ["sysctl", "-q", "-w", "net.ipv4.tcp_mtu_probing=0"],
             ["ethtool", "-K", "gv0", "gro", "off"],
         ):
-            subprocess.run(["ip", "netns", "exec", name, *cmd], check=True, capture_output=True)
+            labkit.ns_exec(name, *cmd)
         yield name
-    finally:
-        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
 
 
 def test_network_tuning_in_namespace(tmp_path, netns):
@@ -65,46 +50,24 @@ def test_network_tuning_in_namespace(tmp_path, netns):
         k: Path(f"/proc/sys/net/ipv4/{k}").read_text()
         for k in ("tcp_rmem", "tcp_wmem", "tcp_congestion_control", "tcp_mtu_probing")
     }
-    wrapper = tmp_path / "python-in-ns"
-    wrapper.write_text(f'#!/bin/sh\nexec ip netns exec {netns} {sys.executable} "$@"\n')
-    wrapper.chmod(0o755)
-    inv = {
-        "all": {
-            "hosts": {
-                "ns": {
-                    "ansible_connection": "local",
-                    "ansible_python_interpreter": str(wrapper),
-                    # The NIC and its MTU come from the policy (network.interfaces, network.min_mtu).
-                    "gpufleet_policy": POLICY,
-                    "network_tuning_sysctl_file": str(tmp_path / "etc/sysctl.d/61-gpufleet-network.conf"),
-                    "network_tuning_persist_method": "udev",
-                    "network_tuning_udev_dir": str(tmp_path / "udev"),
-                    "network_tuning_load_bbr": False,
-                }
-            }
-        }
-    }
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
-    (tmp_path / "play.yml").write_text(PLAY)
+    host = labkit.local_host(
+        labkit.ns_python(tmp_path, netns),
+        # The NIC and its MTU come from the policy (network.interfaces, network.min_mtu).
+        gpufleet_policy=POLICY,
+        network_tuning_sysctl_file=str(tmp_path / "etc/sysctl.d/61-gpufleet-network.conf"),
+        network_tuning_persist_method="udev",
+        network_tuning_udev_dir=str(tmp_path / "udev"),
+        network_tuning_load_bbr=False,
+    )
+    inventory = labkit.write_inventory(tmp_path, {"ns": host})
+    play = labkit.write_play(tmp_path, PLAY)
 
     def run(audit_only=False):
-        events = []
-        res = run_playbook(
-            str(tmp_path / "play.yml"),
-            str(tmp_path / "hosts.yml"),
-            extravars={"audit_only": audit_only},
-            on_event=events.append,
-        ).hosts["ns"]
+        result, changed = labkit.run(play, inventory, extravars={"audit_only": audit_only})
+        res = result.hosts["ns"]
         assert res.status == "ok", res.message
-        changed = sorted(
-            {
-                e["event_data"]["task"]
-                for e in events
-                if e.get("event") == "runner_on_ok" and (e["event_data"].get("res") or {}).get("changed")
-            }
-        )
         failing = sorted(f["rule"] for f in res.results["Audit"]["findings"] if f["status"] == "fail")
-        return res, changed, failing
+        return res, labkit.changed_tasks(changed), failing
 
     _, _, before = run(audit_only=True)
     assert {"NET-MTU-001", "NET-OFFL-001", "NET-TCP-003", "NET-TCP-004"} <= set(before)
@@ -112,9 +75,7 @@ def test_network_tuning_in_namespace(tmp_path, netns):
     res, changed, after = run()
     assert after == [], after
     assert "Long-haul TCP settings (NET-TCP-001, NET-TCP-002, NET-TCP-003, NET-TCP-004)" in changed
-    rmem = subprocess.run(
-        ["ip", "netns", "exec", netns, "cat", "/proc/sys/net/ipv4/tcp_rmem"], capture_output=True, text=True
-    ).stdout.split()
+    rmem = labkit.ns_exec(netns, "cat", "/proc/sys/net/ipv4/tcp_rmem").split()
     assert rmem == ["4096", "131072", "90000000"]  # 4 x 180 ms x 1 Gbit/s
     sysctl_result = res.results["Long-haul TCP settings (NET-TCP-001, NET-TCP-002, NET-TCP-003, NET-TCP-004)"]
     assert "must be set on the host" in sysctl_result["not_settable"]["net.core.rmem_max"]

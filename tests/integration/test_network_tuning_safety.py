@@ -8,12 +8,10 @@ Only per-namespace settings change; the machine's own are compared before and af
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
-import uuid
 from pathlib import Path
 
+import labkit
 import pytest
 import yaml
 
@@ -42,17 +40,13 @@ PLAY = """
 """
 
 
-def ns_exec(ns: str, *cmd: str, check: bool = True) -> str:
-    return subprocess.run(["ip", "netns", "exec", ns, *cmd], check=check, capture_output=True, text=True).stdout
-
-
 def sysctl(ns: str, key: str) -> str:
-    return " ".join(ns_exec(ns, "cat", f"/proc/sys/net/ipv4/{key}").split())
+    return " ".join(labkit.ns_exec(ns, "cat", f"/proc/sys/net/ipv4/{key}").split())
 
 
 def nic(ns: str, name: str) -> dict:
-    mtu = int(ns_exec(ns, "cat", f"/sys/class/net/{name}/mtu"))
-    features = ns_exec(ns, "ethtool", "-k", name)
+    mtu = int(labkit.ns_exec(ns, "cat", f"/sys/class/net/{name}/mtu"))
+    features = labkit.ns_exec(ns, "ethtool", "-k", name)
     gro = next(line.split(":")[1].split()[0] for line in features.splitlines() if "generic-receive-offload" in line)
     return {"mtu": mtu, "gro": gro}
 
@@ -68,22 +62,15 @@ def host_sysctls():
 def netns(host_sysctls):
     """A host with a management NIC mg0 (10.9.0.2/24, the default route via 10.9.0.1) and a data NIC gv0, both at
     MTU 1500 with GRO off; per-namespace TCP keys at stock values (slow start after idle on, no MTU probing)."""
-    if not shutil.which("ip") or not shutil.which("ethtool"):
-        pytest.skip("iproute2 and ethtool are needed (make test installs them)")
-    name = "gpfs-" + uuid.uuid4().hex[:8]
-    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
-        pytest.skip("ip netns add is not permitted here")
-    try:
+    with labkit.namespace("gpfs") as name:
+        labkit.veth(name, "mg0", "mg1")
+        labkit.veth(name, "gv0", "gv1")
         for cmd in (
-            ["link", "add", "mg0", "type", "veth", "peer", "name", "mg1"],
-            ["link", "add", "gv0", "type", "veth", "peer", "name", "gv1"],
             ["addr", "add", "10.9.0.2/24", "dev", "mg0"],
             ["addr", "add", "10.10.0.2/24", "dev", "gv0"],
+            ["route", "add", "default", "via", "10.9.0.1", "dev", "mg0"],
         ):
             subprocess.run(["ip", "-n", name, *cmd], check=True)
-        for dev in ("mg0", "mg1", "gv0", "gv1"):
-            subprocess.run(["ip", "-n", name, "link", "set", dev, "up"], check=True)
-        subprocess.run(["ip", "-n", name, "route", "add", "default", "via", "10.9.0.1", "dev", "mg0"], check=True)
         for cmd in (
             ["sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=1"],
             ["sysctl", "-q", "-w", "net.ipv4.tcp_mtu_probing=0"],
@@ -92,36 +79,30 @@ def netns(host_sysctls):
             ["ethtool", "-K", "mg0", "gro", "off"],
             ["ethtool", "-K", "gv0", "gro", "off"],
         ):
-            ns_exec(name, *cmd)
+            labkit.ns_exec(name, *cmd)
         yield name
-    finally:
-        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
 
 
 class Host:
     def __init__(self, tmp_path: Path, ns: str, host_vars: dict):
         self.tmp, self.ns = tmp_path, ns
-        wrapper = tmp_path / "python-in-ns"
-        wrapper.write_text(f'#!/bin/sh\nexec ip netns exec {ns} {sys.executable} "$@"\n')
-        wrapper.chmod(0o755)
-        self.vars = {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": str(wrapper),
-            "network_tuning_sysctl_file": str(tmp_path / "etc/sysctl.d/61-gpufleet-network.conf"),
-            "network_tuning_persist_method": "udev",
-            "network_tuning_udev_dir": str(tmp_path / "udev"),
-            "network_tuning_route_unit_dir": str(tmp_path / "systemd"),
-            "network_tuning_load_bbr": False,
+        self.vars = labkit.local_host(
+            labkit.ns_python(tmp_path, ns),
+            network_tuning_sysctl_file=str(tmp_path / "etc/sysctl.d/61-gpufleet-network.conf"),
+            network_tuning_persist_method="udev",
+            network_tuning_udev_dir=str(tmp_path / "udev"),
+            network_tuning_route_unit_dir=str(tmp_path / "systemd"),
+            network_tuning_load_bbr=False,
             **host_vars,
-        }
-        (tmp_path / "play.yml").write_text(PLAY)
+        )
+        self.play = labkit.write_play(tmp_path, PLAY)
 
     def run(self, audit_only=False, tags=None, check=False):
-        (self.tmp / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"ns": self.vars}}}))
+        inventory = labkit.write_inventory(self.tmp, {"ns": self.vars})
         events = []
         res = run_playbook(
-            str(self.tmp / "play.yml"),
-            str(self.tmp / "hosts.yml"),
+            str(self.play),
+            str(inventory),
             extravars={"audit_only": audit_only},
             on_event=events.append,
             tags=tags,
@@ -283,15 +264,15 @@ def test_per_route_congestion_control(tmp_path, netns):
         "network": {"congestion_control_scope": "routes"},
     }
     host = Host(tmp_path, netns, {"gpufleet_policy": policy})
-    routes_before = ns_exec(netns, "ip", "route", "show")
+    routes_before = labkit.ns_exec(netns, "ip", "route", "show")
     finding = host.run(audit_only=True).findings["NET-TCP-002"]
     assert finding["status"] == "fail" and "198.51.100.0/24" in finding["message"]  # the audit reads the routes
     host.run(check=True)
     assert "Per-route congestion control to the long-haul peers (NET-TCP-002)" in host.changed
-    assert ns_exec(netns, "ip", "route", "show") == routes_before and not (tmp_path / "systemd").exists()
+    assert labkit.ns_exec(netns, "ip", "route", "show") == routes_before and not (tmp_path / "systemd").exists()
 
     host.run()
-    assert ns_exec(netns, "ip", "route", "show", "exact", "198.51.100.0/24").split() == [
+    assert labkit.ns_exec(netns, "ip", "route", "show", "exact", "198.51.100.0/24").split() == [
         "198.51.100.0/24",
         "via",
         "10.9.0.1",
@@ -300,7 +281,7 @@ def test_per_route_congestion_control(tmp_path, netns):
         "congctl",
         "bbr",
     ]
-    assert "congctl" not in ns_exec(netns, "ip", "route", "show", "default")
+    assert "congctl" not in labkit.ns_exec(netns, "ip", "route", "show", "default")
     assert sysctl(netns, "tcp_congestion_control") == "reno"
     conf = (tmp_path / "etc/sysctl.d/61-gpufleet-network.conf").read_text()
     assert "tcp_congestion_control" not in conf and "tcp_slow_start_after_idle = 0" in conf

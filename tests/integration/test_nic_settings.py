@@ -16,11 +16,10 @@ import os
 import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
+import labkit
 import pytest
-import yaml
 
 from gpufleet.runner import run_playbook
 
@@ -54,49 +53,29 @@ PLAY = """
 
 @pytest.fixture
 def netns(tmp_path):
-    if not shutil.which("ip") or not shutil.which("ethtool"):
-        pytest.skip("iproute2 and ethtool are needed (make test installs them)")
-    name = "gpfn-" + uuid.uuid4().hex[:8]
-    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
-        pytest.skip("ip netns add is not permitted here")
-    try:
-        subprocess.run(["ip", "-n", name, "link", "add", "gv0", "type", "veth", "peer", "name", "gv1"], check=True)
-        subprocess.run(["ip", "-n", name, "link", "set", "gv0", "up"], check=True)
-        subprocess.run(
-            ["ip", "netns", "exec", name, "ethtool", "-K", "gv0", "gro", "off"], check=True, capture_output=True
-        )
-        wrapper = tmp_path / "python-in-ns"
-        wrapper.write_text(f'#!/bin/sh\nexec ip netns exec {name} {sys.executable} "$@"\n')
-        wrapper.chmod(0o755)
-        yield name, wrapper
-    finally:
-        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+    with labkit.namespace("gpfn") as name:
+        labkit.veth(name, up=("gv0",))
+        labkit.ns_exec(name, "ethtool", "-K", "gv0", "gro", "off")
+        yield name, labkit.ns_python(tmp_path, name)
 
 
 def _run(tmp: Path, wrapper: Path, settings: dict, nic="gv0", check=False):
-    inv = {
-        "all": {
-            "hosts": {
-                "ns": {
-                    "ansible_connection": "local",
-                    "ansible_python_interpreter": str(wrapper),
-                    "nic": nic,
-                    "s": settings,
-                    "out": str(tmp / "out"),
-                    "search": [str(tmp / "out/run-network"), str(tmp / "out/lib-network")],
-                }
-            }
-        }
-    }
-    (tmp / "hosts.yml").write_text(yaml.safe_dump(inv))
-    (tmp / "play.yml").write_text(PLAY)
+    host = labkit.local_host(
+        wrapper,
+        nic=nic,
+        s=settings,
+        out=str(tmp / "out"),
+        search=[str(tmp / "out/run-network"), str(tmp / "out/lib-network")],
+    )
     return run_playbook(
-        str(tmp / "play.yml"), str(tmp / "hosts.yml"), extravars={"check": check} if check else {}
+        str(labkit.write_play(tmp, PLAY)),
+        str(labkit.write_inventory(tmp, {"ns": host})),
+        extravars={"check": check} if check else {},
     ).hosts["ns"]
 
 
 def _ns(ns, *argv):
-    return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True).stdout
+    return labkit.ns_exec(ns, *argv, check=False)
 
 
 WANT = {"mtu": 9000, "offloads": {"gro": True, "tcp-segmentation-offload": True}, "rings": {"rx": "max"}}
@@ -166,32 +145,20 @@ def _sh(*argv):
 def uplink_ns(tmp_path):
     """A namespace laid out like a GPU server: gm0 (management) carries the IPv4 default route, gd0 (data) has
     10.9.1.1/24 and no route out, gb0 is a port of bridge br9, which carries the IPv6 default route."""
-    if not shutil.which("ip") or not shutil.which("ethtool"):
-        pytest.skip("iproute2 and ethtool are needed (make test installs them)")
-    name = "gpfu-" + uuid.uuid4().hex[:8]
-    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
-        pytest.skip("ip netns add is not permitted here")
-    try:
+    with labkit.namespace("gpfu") as name:
         ip = ["ip", "-n", name]
         for a, b in (("gm0", "gm1"), ("gd0", "gd1"), ("gb0", "gb1")):
-            _sh(*ip, "link", "add", a, "type", "veth", "peer", "name", b)
-            _sh(*ip, "link", "set", a, "up")
-            _sh(*ip, "link", "set", b, "up")
+            labkit.veth(name, a, b)
         _sh(*ip, "addr", "add", "10.9.0.1/24", "dev", "gm0")
         _sh(*ip, "route", "add", "default", "via", "10.9.0.2", "dev", "gm0")
         _sh(*ip, "addr", "add", "10.9.1.1/24", "dev", "gd0")
         _sh(*ip, "link", "add", "br9", "type", "bridge")
         _sh(*ip, "link", "set", "gb0", "master", "br9")
         _sh(*ip, "link", "set", "br9", "up")
-        _sh("ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.br9.disable_ipv6=0")
+        labkit.ns_exec(name, "sysctl", "-qw", "net.ipv6.conf.br9.disable_ipv6=0")
         _sh(*ip, "-6", "addr", "add", "fd09::1/64", "dev", "br9", "nodad")
         _sh(*ip, "-6", "route", "add", "default", "via", "fd09::2", "dev", "br9")
-        wrapper = tmp_path / "python-in-ns"
-        wrapper.write_text(f'#!/bin/sh\nexec ip netns exec {name} {sys.executable} "$@"\n')
-        wrapper.chmod(0o755)
-        yield name, wrapper
-    finally:
-        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+        yield name, labkit.ns_python(tmp_path, name)
 
 
 def _mtu(ns, dev):

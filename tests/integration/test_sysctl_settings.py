@@ -3,14 +3,10 @@ real network namespace where per-namespace keys change and global ones are repor
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 
+import labkit
 import pytest
-import yaml
 
 from gpufleet.runner import run_playbook
 
@@ -59,24 +55,14 @@ def _root(tmp: Path) -> Path:
 
 
 def _run(tmp: Path, hosts: dict, check=False):
-    (tmp / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    (tmp / "play.yml").write_text(PLAY)
-    return run_playbook(
-        str(tmp / "play.yml"), str(tmp / "hosts.yml"), extravars={"check": check} if check else {}
-    ).hosts
+    inventory = labkit.write_inventory(tmp, hosts)
+    play = labkit.write_play(tmp, PLAY)
+    return run_playbook(str(play), str(inventory), extravars={"check": check} if check else {}).hosts
 
 
 def test_fixture_root_conflicts_check_then_apply(tmp_path):
     root = _root(tmp_path)
-    host = {
-        "h": {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
-            "settings": SETTINGS,
-            "file": "/etc/sysctl.d/60-gpufleet.conf",
-            "root": str(root),
-        }
-    }
+    host = {"h": labkit.local_host(settings=SETTINGS, file="/etc/sysctl.d/60-gpufleet.conf", root=str(root))}
     snapshot = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     check = _run(tmp_path, host, check=True)["h"]
     assert check.status == "ok", check.message
@@ -117,14 +103,12 @@ def test_at_least_keeps_larger_running_values(tmp_path):
     (root / "proc/sys/net/ipv4/tcp_rmem").write_text("4096\t87380\t536870912\n")
     wanted = {"net.ipv4.tcp_rmem": "4096 131072 90000000", "vm.swappiness": 10}
     host = {
-        "h": {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
-            "settings": wanted,
-            "file": "/etc/sysctl.d/61-gpufleet-network.conf",
-            "root": str(root),
-            "at_least": ["net.ipv4.tcp_rmem"],
-        }
+        "h": labkit.local_host(
+            settings=wanted,
+            file="/etc/sysctl.d/61-gpufleet-network.conf",
+            root=str(root),
+            at_least=["net.ipv4.tcp_rmem"],
+        )
     }
     check = _run(tmp_path, host, check=True)["h"].results[TASK]
     assert check["kept"] == {
@@ -159,59 +143,34 @@ def test_at_least_keeps_larger_running_values(tmp_path):
 )
 def test_bad_keys_and_values(tmp_path, settings, message):
     root = _root(tmp_path)
-    host = {
-        "h": {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
-            "settings": settings,
-            "file": "/etc/sysctl.d/60-gpufleet.conf",
-            "root": str(root),
-        }
-    }
+    host = {"h": labkit.local_host(settings=settings, file="/etc/sysctl.d/60-gpufleet.conf", root=str(root))}
     res = _run(tmp_path, host)["h"]
     assert res.status == "failed" and message in res.message and "Traceback" not in res.message
 
 
 @pytest.fixture
 def netns():
-    if not shutil.which("ip"):
-        pytest.skip("iproute2 not installed")
-    name = "gpft-" + uuid.uuid4().hex[:8]
-    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
-        pytest.skip("ip netns add is not permitted here")
-    try:
+    with labkit.namespace("gpft", tools=("ip",)) as name:
         yield name
-    finally:
-        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
 
 
 def test_inside_a_network_namespace(tmp_path, netns):
     """Per-namespace keys are set in the namespace only; global ones are reported as 'set on the host'."""
     host_rmem = Path("/proc/sys/net/ipv4/tcp_rmem").read_text()
     host_core = Path("/proc/sys/net/core/rmem_max").read_text()
-    wrapper = tmp_path / "python-in-ns"
-    wrapper.write_text(f'#!/bin/sh\nexec ip netns exec {netns} {sys.executable} "$@"\n')
-    wrapper.chmod(0o755)
-    host = {
-        "ns": {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": str(wrapper),
-            "settings": {
-                "net.ipv4.tcp_rmem": "4096 131072 33554432",
-                "net.ipv4.tcp_mtu_probing": 1,
-                "net.core.rmem_max": 33554432,
-            },
-            "file": str(tmp_path / "etc/sysctl.d/61-gpufleet-network.conf"),
-        }
+    settings = {
+        "net.ipv4.tcp_rmem": "4096 131072 33554432",
+        "net.ipv4.tcp_mtu_probing": 1,
+        "net.core.rmem_max": 33554432,
     }
+    file = str(tmp_path / "etc/sysctl.d/61-gpufleet-network.conf")
+    host = {"ns": labkit.local_host(labkit.ns_python(tmp_path, netns), settings=settings, file=file)}
     res = _run(tmp_path, host)["ns"]
     assert res.status == "ok", res.message
     out = res.results[TASK]
     assert out["runtime"]["net.ipv4.tcp_rmem"]["after"] == "4096 131072 33554432"
     assert "must be set on the host" in out["not_settable"]["net.core.rmem_max"]
-    inside = subprocess.run(
-        ["ip", "netns", "exec", netns, "cat", "/proc/sys/net/ipv4/tcp_rmem"], capture_output=True, text=True
-    ).stdout
+    inside = labkit.ns_exec(netns, "cat", "/proc/sys/net/ipv4/tcp_rmem")
     assert inside.split() == ["4096", "131072", "33554432"]
     assert Path("/proc/sys/net/ipv4/tcp_rmem").read_text() == host_rmem  # the host is untouched
     assert Path("/proc/sys/net/core/rmem_max").read_text() == host_core
