@@ -13,12 +13,13 @@ import tempfile
 
 
 def write_atomic(path, text, mode=0o644, dir_mode=0o755):
+    """Write ``text`` (str, or bytes as they are) to ``path``."""
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         os.makedirs(directory, dir_mode)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=directory)
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

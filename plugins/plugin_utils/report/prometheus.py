@@ -18,32 +18,12 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from ansible_collections.gpufleet.tuning.plugins.module_utils import prometheus_text as text
+
 from . import schema
 
-PREFIX = "gpufleet"
-
-
-def escape_label(value: Any) -> str:
-    """A label value escaped per the exposition format: backslash, double quote and line feed."""
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def _labels(**labels: Any) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{escape_label(v)}"' for k, v in labels.items()) + "}"
-
-
-def _number(value: float | int) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
-    return repr(float(value))
+PREFIX = text.PREFIX
+escape_label = text.escape_label
 
 
 def audit_timestamp(report: dict) -> float | None:
@@ -74,29 +54,14 @@ def render_prometheus(report: dict, now: datetime | None = None) -> str:
     run = report.get("run") if isinstance(report.get("run"), dict) else {}
     families: list[tuple[str, str, list[str]]] = []
 
-    findings: list[str] = []
-    seen: set[tuple[str, str]] = set()
     audited = {name: host for name, host in sorted(hosts.items()) if _audited(host)}
+    findings: list[str] = []
     for name, host in audited.items():
-        for f in sorted(schema.host_findings(host), key=schema.finding_sort_key):
-            if not schema.is_finding(f):
-                continue
-            key = (str(name), str(f.get("rule")))
-            if key in seen:  # one series per host and rule: a duplicate would make node_exporter drop the file
-                continue
-            seen.add(key)
-            labels = _labels(
-                host=name,
-                rule=f.get("rule", ""),
-                severity=f.get("severity", ""),
-                area=f.get("area", ""),
-                status=f.get("status"),
-            )
-            findings.append(f"{PREFIX}_finding{labels} 1")
-    families.append(("finding", "A failing or warning gpufleet finding on a host (always 1 while it lasts).", findings))
+        findings.extend(text.finding_samples(name, sorted(schema.host_findings(host), key=schema.finding_sort_key)))
+    families.append(("finding", text.FINDING_HELP, findings))
 
     up = [
-        f"{PREFIX}_host_up{_labels(host=name, status=_status(h))} {1 if _audited(h) else 0}"
+        text.sample("host_up", [("host", name), ("status", _status(h))], 1 if _audited(h) else 0)
         for name, h in sorted(hosts.items())
     ]
     families.append(
@@ -109,19 +74,8 @@ def render_prometheus(report: dict, now: datetime | None = None) -> str:
 
     totals = []
     for name, host in audited.items():
-        counts = {s: 0 for s in schema.SEVERITIES}
-        for f in schema.host_findings(host):
-            if schema.is_finding(f) and f.get("severity") in counts:
-                counts[f["severity"]] += 1
-        totals.extend(f"{PREFIX}_host_findings{_labels(host=name, severity=s)} {n}" for s, n in counts.items())
-    families.append(
-        (
-            "host_findings",
-            "Failing and warning findings on an audited host, by severity "
-            "(no series for a host that was not audited: see gpufleet_host_up).",
-            totals,
-        )
-    )
+        totals.extend(text.host_findings_samples(name, schema.host_findings(host)))
+    families.append(("host_findings", text.HOST_FINDINGS_HELP, totals))
 
     ts = audit_timestamp(report)
     if ts is None:
@@ -130,21 +84,15 @@ def render_prometheus(report: dict, now: datetime | None = None) -> str:
         (
             "audit_timestamp_seconds",
             "Unix time the audit finished.",
-            [f"{PREFIX}_audit_timestamp_seconds {_number(float(ts))}"],
+            [text.sample("audit_timestamp_seconds", [], float(ts))],
         )
     )
     families.append(
         (
             "audit_complete",
             "1 if the audit run completed, 0 if it was interrupted or partial.",
-            [f"{PREFIX}_audit_complete {1 if run.get('complete') is True else 0}"],
+            [text.sample("audit_complete", [], 1 if run.get("complete") is True else 0)],
         )
     )
 
-    lines: list[str] = []
-    for name, help_text, samples in families:
-        metric = f"{PREFIX}_{name}"
-        lines.append(f"# HELP {metric} {_escape_help(help_text)}")
-        lines.append(f"# TYPE {metric} gauge")
-        lines.extend(samples)
-    return "\n".join(lines) + "\n"
+    return text.render(families)
