@@ -151,6 +151,22 @@ def test_already_ours_with_the_same_reason_is_not_drained_again():
     assert sc.updates == []
 
 
+def test_already_ours_keeps_its_reason_while_the_same_rules_fail():
+    """The message's numbers may move between runs (another GPU, another wattage): no rewrite every run."""
+    sl2 = node_block(rec("nodes-breaker.txt"), "sl2")
+    sc = Scontrol(sl2)
+    out = slurm.reconcile(sc, "sl2", [dict(LOST, message="GPU(s) [3, 5] fell off the bus")], True, ON)
+    assert (out["action"], out["drained"]) == ("none", True)
+    assert out["reason"] == "gpufleet: GPU-HLT-002 GPU(s) [3] fell off the bus or cannot be opened"  # as in Slurm
+    assert sc.updates == []
+
+
+def test_reason_rules():
+    assert slurm.reason_rules("gpufleet: GPU-PWR-002 a; GPU-HLT-002 b; x") == ["GPU-HLT-002", "GPU-PWR-002", "x"]
+    assert slurm.reason_rules("maintenance: GPU-HLT-002") == []
+    assert slurm.reason_rules(None) == []
+
+
 def test_already_ours_with_other_problems_rewrites_only_the_reason():
     sc = Scontrol(rec("node-draining-ours.txt"))  # draining with GPU-PWR-002's reason; now GPU-HLT-002 fails
     out = slurm.reconcile(sc, "sl3", [LOST], True, ON)

@@ -99,6 +99,12 @@ def build_reason(problems):
     return _cut(head + ids, REASON_MAX)
 
 
+def reason_rules(reason):
+    """The rule ids named in a gpufleet reason, as a sorted list (the first word of each ``; `` part)."""
+    text = (reason or "")[len(PREFIX) :] if is_ours(reason) else ""
+    return sorted(set(part.split()[0] for part in text.split("; ") if part.split()))
+
+
 def is_ours(reason):
     return bool(reason) and reason.startswith(PREFIX)
 
@@ -191,8 +197,10 @@ def reconcile(run, node, problems, clean, settings):
 
     Returns ``{"action": "drain"|"update"|"resume"|"none"|"suppressed"|"foreign"|"error", "drained": bool,
     "suppressed": bool, "reason": str|None, "message": str}``: ``drained`` is whether the node is drained by gpufleet
-    after this call (on an error: as last read, False when it could not be read); ``reason`` the gpufleet reason this
-    run asks for (None without problems); ``message`` one journal line.
+    after this call (on an error: as last read, False when it could not be read); ``reason`` the gpufleet reason on
+    the node after this call, or the one this run would have set (suppressed, foreign, error; None without
+    problems); ``message`` one journal line. A node gpufleet drained keeps its reason while the same rules fail (a
+    message's numbers may move between runs); another set of rules rewrites it ("update").
     """
     settings = settings or {}
     problems = list(problems or [])
@@ -228,8 +236,11 @@ def reconcile(run, node, problems, clean, settings):
 
     if problems:
         if ours:
-            if me["reason"] == reason:
-                return _result("none", True, "node %s stays drained (%s): %s" % (node, state, reason), reason)
+            if reason_rules(me["reason"]) == reason_rules(reason):
+                # Same rules: the reason stays, even if a message's numbers moved (no rewrite every run).
+                return _result(
+                    "none", True, "node %s stays drained (%s): %s" % (node, state, me["reason"]), me["reason"]
+                )
             argv = ["scontrol", "update", "nodename=%s" % node, "reason=%s" % reason]
             rc, out, err = run(argv)
             if rc != 0:
