@@ -42,34 +42,32 @@ def normalize(value):
     return " ".join(str(value).split())
 
 
-def at_least(wanted, current):
-    """``wanted`` raised field by field to ``current`` where current is larger ("4096 131072 90000000" against a
-    running "4096 87380 268435456" gives "4096 131072 268435456"); ``wanted`` as it is when the two are not
-    integer lists of the same length (or nothing is running)."""
+def _fieldwise(pick, wanted, current):
+    """``wanted`` with each integer field replaced by ``pick(wanted field, current field)``; ``wanted`` as it is when
+    nothing is running or the two are not integer lists of the same length."""
     if current is None:
         return wanted
     want, have = wanted.split(), current.split()
     if len(want) != len(have):
         return wanted
     try:
-        return " ".join(str(max(int(w), int(h))) for w, h in zip(want, have))
+        return " ".join(str(pick(int(w), int(h))) for w, h in zip(want, have))
     except ValueError:
         return wanted
+
+
+def at_least(wanted, current):
+    """``wanted`` raised field by field to ``current`` where current is larger ("4096 131072 90000000" against a
+    running "4096 87380 268435456" gives "4096 131072 268435456"); ``wanted`` as it is when the two are not
+    integer lists of the same length (or nothing is running)."""
+    return _fieldwise(max, wanted, current)
 
 
 def at_most(wanted, current):
     """The mirror of ``at_least``: ``wanted`` lowered field by field to ``current`` where current is smaller (a
     running vm.swappiness 1 against a wanted 10 gives 1); ``wanted`` as it is when the two are not integer lists of
     the same length (or nothing is running)."""
-    if current is None:
-        return wanted
-    want, have = wanted.split(), current.split()
-    if len(want) != len(have):
-        return wanted
-    try:
-        return " ".join(str(min(int(w), int(h))) for w, h in zip(want, have))
-    except ValueError:
-        return wanted
+    return _fieldwise(min, wanted, current)
 
 
 def parse_conf(text):
