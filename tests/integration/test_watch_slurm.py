@@ -4,8 +4,12 @@
 gfn1 runs slurmctld and slurmd, gfn2 slurmd; one partition `gpu` of both (proctrack/linuxproc, task/none: no
 cgroups). The collection's plugins/module_utils tree is copied into both, and reconcile() runs INSIDE a node
 (python3 of the container, its own scontrol), as the checker does on a host. After each call the node's state is
-read back with `sinfo` (not with our parser). The cluster is set up once for the module (about 5 s here) and each
+read back with `sinfo` (not with our parser). The cluster is set up once for the module (about 2 s here) and each
 test starts from both nodes idle.
+
+End to end: the real checker (the zipapp watch_install builds with watch/bundle.py) with the simulated NVML library
+in both nodes; a GPU lost on gfn2 drains it ("gpufleet: GPU-HLT-002 ..."), clearing the fault resumes it - run by
+hand as `python3 gpufleet-watch --config ...`, and run by slurmd itself as Slurm's HealthCheckProgram.
 """
 
 from __future__ import annotations
@@ -63,6 +67,14 @@ ReturnToService=2
 NodeName=gfn[1-2] CPUs=1 RealMemory=100 State=UNKNOWN
 PartitionName=gpu Nodes=gfn[1-2] Default=YES MaxTime=INFINITE State=UP
 """
+# What the README shows (slurm.conf(5) of 22.05: run as root on every node not NOT_RESPONDING, killed after 60 s;
+# ANY so that a drained node is checked again and can be resumed; CYCLE spreads the nodes over the interval).
+# The test's interval is short; a cluster's is watch.interval_seconds (300).
+HEALTH_CHECK = """\
+HealthCheckProgram=/usr/local/sbin/gpufleet-watch
+HealthCheckInterval=%d
+HealthCheckNodeState=ANY,CYCLE
+"""
 
 # Runs inside a node: reconcile() with the checker's kind of runner (argv, C locale) -> JSON on stdout.
 DRIVER = f"""\
@@ -89,15 +101,16 @@ def _podman(*argv: str, stdin: bytes | None = None, check: bool = True) -> subpr
     return proc
 
 
-def _payload(files: dict[str, tuple[bytes, int]], tree: Path, under: str) -> bytes:
-    """A tar of ``files`` (path -> (content, mode)) and the directory ``tree`` placed at ``under``."""
+def _payload(files: dict[str, tuple[bytes, int]], tree: Path | None = None, under: str = "") -> bytes:
+    """A tar of ``files`` (path -> (content, mode)) and the directory ``tree`` (if any) placed at ``under``."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for path, (content, mode) in files.items():
             info = tarfile.TarInfo(path.lstrip("/"))
             info.size, info.mode = len(content), mode
             tar.addfile(info, io.BytesIO(content))
-        tar.add(tree, arcname=under.lstrip("/"), filter=lambda t: None if "__pycache__" in t.name else t)
+        if tree is not None:
+            tar.add(tree, arcname=under.lstrip("/"), filter=lambda t: None if "__pycache__" in t.name else t)
     return buf.getvalue()
 
 
@@ -252,3 +265,121 @@ def test_circuit_breaker_with_two_nodes(lab):
     # A looser breaker lets the second drain through.
     third = lab.reconcile("gfn2", [LOST], settings=dict(ON, max_drained_fraction=0.6))
     assert third["action"] == "drain" and lab.sinfo()["gfn2"]["state"] == "drained"
+
+
+# ------------------------------------------------------------------------------------- the checker, end to end
+WATCH = "/usr/local/sbin/gpufleet-watch"
+WATCH_CONFIG = "/etc/gpufleet/watch.json"
+NVML_STATE = "/etc/gpufleet-sim/nvml.state"
+TEXTFILE = "/var/lib/prometheus/node-exporter/gpufleet.prom"
+
+
+@pytest.fixture(scope="module")
+def checker(cluster, sim_lib, profiles):
+    """The checker on both nodes (as the watch role installs it: zipapp, watch.json; pynvml where pip puts it) with
+    a healthy simulated H100 board each; drain and resume on."""
+    import pynvml
+    from ansible_collections.gpufleet.tuning.plugins.module_utils.watch import bundle
+
+    archive, _version = bundle.build(python="/usr/bin/python3")
+    for node in NODES:
+        config = {
+            "host": node,
+            "policy": {"watch": {"slurm": {"drain": True, "resume": True}}},
+            "audit": {"nvml_library": f"{SITE}/sim/libnvidia-ml.so.1", "sample_seconds": 0.2},
+            "environment": {"FAKE_NVML_STATE": NVML_STATE},
+        }
+        files = {
+            WATCH: (archive, 0o755),
+            WATCH_CONFIG: (json.dumps(config).encode(), 0o644),
+            "/usr/local/lib/python3.11/dist-packages/pynvml.py": (Path(pynvml.__file__).read_bytes(), 0o644),
+            f"{SITE}/sim/libnvidia-ml.so.1": (sim_lib.read_bytes(), 0o755),
+            "/var/lib/gpufleet/.keep": (b"", 0o644),
+        }
+        payload = _payload(files)
+        _podman("exec", "-i", cluster.containers[node], "tar", "-x", "--no-same-owner", "-C", "/", stdin=payload)
+
+    def gpus(node: str, **overrides: str) -> None:
+        """Write node's simulated NVML state (replaced atomically: the library re-reads it on every call)."""
+        state = profiles.build_state("h100", gpus=4, driver="570", overrides=overrides, seed=node)
+        text = "".join(f"{k}={v}\n" for k, v in state.items())
+        _podman(
+            "exec",
+            "-i",
+            cluster.containers[node],
+            "sh",
+            "-c",
+            f"mkdir -p {Path(NVML_STATE).parent} && cat >{NVML_STATE}.tmp && mv {NVML_STATE}.tmp {NVML_STATE}",
+            stdin=text.encode(),
+        )
+
+    for node in NODES:
+        gpus(node)
+    cluster.gpus = gpus
+    return cluster
+
+
+def _drained_metric(lab, node):
+    text = lab.sh(node, f"cat {TEXTFILE}")
+    line = next(x for x in text.splitlines() if x.startswith("gpufleet_watch_slurm_drained{"))
+    assert f'node="{node}"' in line
+    return int(float(line.rsplit(" ", 1)[1]))
+
+
+def test_checker_drains_on_a_lost_gpu_and_resumes_when_it_is_back(checker):
+    lab = checker
+    lab.resume_all()
+    run = f"python3 {WATCH} --config {WATCH_CONFIG}"
+    out = lab.sh("gfn2", run)
+    assert lab.sinfo()["gfn2"]["state"] == "idle" and _drained_metric(lab, "gfn2") == 0, out
+
+    lab.gpus("gfn2", **{"gpu.3.lost": "1"})
+    out = lab.sh("gfn2", run)
+    row = lab.sinfo()["gfn2"]
+    assert row["state"] == "drained" and row["reason"].startswith("gpufleet: GPU-HLT-002 GPU(s) [3] "), (row, out)
+    assert "slurm: drained node gfn2: gpufleet: GPU-HLT-002" in out
+    assert _drained_metric(lab, "gfn2") == 1
+    assert lab.sinfo()["gfn1"]["state"] == "idle"
+
+    lab.gpus("gfn2")  # the GPU answers again
+    out = lab.sh("gfn2", run)
+    assert "slurm: resumed node gfn2" in out, out
+    lab.wait_idle(timeout=10)
+    assert _drained_metric(lab, "gfn2") == 0
+
+
+def test_checker_as_slurms_health_check_program(checker):
+    """slurmd runs the checker itself (HealthCheckProgram): the lost GPU drains gfn2, its return resumes it."""
+    lab = checker
+    lab.resume_all()
+    interval = 2
+
+    def configure(extra: str) -> None:
+        conf = SLURM_CONF + extra
+        for node in NODES:
+            _podman("exec", "-i", lab.containers[node], "sh", "-c", "cat >/etc/slurm/slurm.conf", stdin=conf.encode())
+        lab.sh("gfn1", "scontrol reconfigure")
+
+    def wait_for(node: str, state: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            row = lab.sinfo()[node]
+            if row["state"] == state:
+                return row
+            if time.monotonic() > deadline:
+                log = lab.sh(node, "tail -5 /var/log/slurm/slurmd.log", check=False)
+                raise AssertionError(f"{node} not {state} after {timeout} s: {row}\n{log}")
+            time.sleep(0.5)
+
+    configure(HEALTH_CHECK % interval)
+    try:
+        lab.gpus("gfn2", **{"gpu.3.lost": "1"})
+        row = wait_for("gfn2", "drained", 10 * interval)
+        assert row["reason"].startswith("gpufleet: GPU-HLT-002 GPU(s) [3] ")
+        lab.gpus("gfn2")
+        wait_for("gfn2", "idle", 10 * interval)
+        # gfn1 was checked too (its textfile), and stays idle: nothing wrong there.
+        assert _drained_metric(lab, "gfn1") == 0 and lab.sinfo()["gfn1"]["state"] == "idle"
+    finally:
+        lab.gpus("gfn2")
+        configure("")
