@@ -179,8 +179,13 @@ def test_alert_exprs_use_only_known_metrics():
         ("> 3 * gpufleet_watch_interval_seconds", "> 0.5 * gpufleet_watch_interval_seconds"),
         # the missing-file alert without `up == 1` fires for a target that is down
         ("and on (instance, job) (up == 1)", "and on (instance, job) (up >= 0)"),
+        # without the earliest success of the hour, what the first run finds is "newly failing"
+        (
+            "min_over_time(gpufleet_watch_last_success_timestamp_seconds[1h])\n",
+            "min_over_time(gpufleet_watch_last_success_timestamp_seconds[1h]) - 1e9\n",
+        ),
     ],
-    ids=["critical-on-warn", "critical-delayed", "stale-too-eager", "missing-on-down"],
+    ids=["critical-on-warn", "critical-delayed", "stale-too-eager", "missing-on-down", "newly-on-first-run"],
 )
 def test_promtool_tests_catch_a_broken_rule(tmp_path, old, new):
     """The promtool tests can fail: each mutation of the shipped rules makes `promtool test rules` fail."""
