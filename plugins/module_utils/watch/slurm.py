@@ -20,6 +20,11 @@ run when ``watch.slurm.drain`` is on. It talks to slurmctld only through ``scont
   (every rule evaluated, no error, the GPUs read). An incomplete run never resumes: the node is re-checked, not
   assumed repaired.
 
+Limits: Slurm has no compare-and-set for a node's state, so a person's drain that lands between this call's read
+and its update is overwritten (the window is one scontrol round trip). The breaker counts before it drains: nodes
+that check in the same second all see the same count, so run the checks spread out (HealthCheckNodeState=CYCLE,
+the timer's RandomizedDelaySec) - then a fleet-wide fault drains about the fraction, not the cluster.
+
 Slurm 22.05 (Debian 12) output, as parsed here (tests/fixtures/slurm/ holds recordings from the lab):
 ``scontrol show node [NAME]`` without ``-o``: one block per node, ``NodeName=`` at the start of a line, then
 indented lines; ``State=BASE+FLAG+...`` (IDLE+DRAIN drained, MIXED+DRAIN / ALLOCATED+DRAIN draining, DOWN+DRAIN,
