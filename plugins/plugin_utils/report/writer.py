@@ -123,12 +123,17 @@ def write_atomic(path: Path, data: str | bytes, mode: int = REPORT_MODE) -> Path
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _discard(tmp)
         raise
     return path
+
+
+def _discard(tmp: str | Path) -> None:
+    """Remove a temp file that did not take its place (gone already is fine)."""
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
 
 
 def _fsync_dir(path: Path) -> None:
@@ -174,10 +179,7 @@ def point_latest(out_dir: Path, target: str) -> Path:
     try:
         os.replace(tmp, latest)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _discard(tmp)
         raise
     _fsync_dir(out_dir)
     return latest
