@@ -204,6 +204,14 @@ def test_cluster_comes_up_quickly(cluster):
     assert cluster.setup_seconds < 30, f"set-up took {cluster.setup_seconds:.1f} s"
 
 
+def test_the_lab_network_has_no_way_out(cluster):
+    """scripts/lab-setup.sh's network is internal: no default route in the nodes (before the fix the lab ran on
+    podman's NAT bridge, 10.88.0.0/16 with a gateway, under the lab network's name)."""
+    for node in NODES:
+        routes = cluster.sh(node, "ip route")
+        assert "default" not in routes and "10.88." not in routes, routes
+
+
 def test_problem_drains_the_node_with_the_reason(lab):
     out = lab.reconcile("gfn2", [LOST])
     reason = "gpufleet: GPU-HLT-002 GPU(s) [3] fell off the bus or cannot be opened"
