@@ -104,21 +104,7 @@ def plan(nic, want):
         if not rings or rings.get("rx_max") is None:
             unsupported["rings"] = nic["unsupported"].get("rings", "not reported")
         else:
-            args = []
-            for side in ("rx", "tx"):
-                if side not in want["rings"]:
-                    continue
-                value = want["rings"][side]
-                top = rings.get(side + "_max")
-                target = top if value == "max" else int(value)
-                if top is not None and target > top:
-                    raise NicSettingsError("rings.%s: %d is above %s's maximum %d" % (side, target, name, top))
-                before.setdefault("rings", {})[side] = rings.get(side)
-                after.setdefault("rings", {})[side] = target
-                if rings.get(side) != target:
-                    args += [side, str(target)]
-            if args:
-                steps.append(("rings", ["-G", name] + args, "ethtool"))
+            _plan_counts("rings", ("rx", "tx"), want["rings"], rings, name, "-G", before, after, steps)
 
     if want.get("coalescing"):
         coal = nic.get("coalescing")
@@ -139,22 +125,29 @@ def plan(nic, want):
         if not ch:
             unsupported["channels"] = nic["unsupported"].get("channels", "not reported")
         else:
-            args = []
-            for key in CHANNEL_KEYS:
-                if key not in want["channels"]:
-                    continue
-                value = want["channels"][key]
-                top = ch.get(key + "_max")
-                target = top if value == "max" else int(value)
-                if top is not None and target > top:
-                    raise NicSettingsError("channels.%s: %d is above %s's maximum %d" % (key, target, name, top))
-                before.setdefault("channels", {})[key] = ch.get(key)
-                after.setdefault("channels", {})[key] = target
-                if ch.get(key) != target:
-                    args += [key, str(target)]
-            if args:
-                steps.append(("channels", ["-L", name] + args, "ethtool"))
+            _plan_counts("channels", CHANNEL_KEYS, want["channels"], ch, name, "-L", before, after, steps)
     return before, after, steps, unsupported
+
+
+def _plan_counts(section, keys, wanted, current, name, flag, before, after, steps):
+    """Rings (ethtool -G) and channels (ethtool -L): counts with a maximum each (``<key>_max``); a wanted value is a
+    number or "max". Fills ``before``/``after`` under ``section`` and appends one ethtool step for the keys that
+    change; a number above the NIC's maximum is refused."""
+    args = []
+    for key in keys:
+        if key not in wanted:
+            continue
+        value = wanted[key]
+        top = current.get(key + "_max")
+        target = top if value == "max" else int(value)
+        if top is not None and target > top:
+            raise NicSettingsError("%s.%s: %d is above %s's maximum %d" % (section, key, target, name, top))
+        before.setdefault(section, {})[key] = current.get(key)
+        after.setdefault(section, {})[key] = target
+        if current.get(key) != target:
+            args += [key, str(target)]
+    if args:
+        steps.append((section, [flag, name] + args, "ethtool"))
 
 
 # --- systemd .link persistence ---------------------------------------------------------------------

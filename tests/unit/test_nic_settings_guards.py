@@ -356,3 +356,47 @@ def test_naming_carried_over_from_the_replaced_file():
     ]
     assert "# Carried over from /usr/lib/99-default.link" in text
     assert ns.link_file_name("eth1") < "99-default.link" and ns.link_file_name("eth1") > "10-netplan-eth1.link"
+
+
+# --- plan(): rings (ethtool -G) and channels (ethtool -L), counts below a maximum ----------------------------------
+
+MLX = {
+    "name": "ens1f0",
+    "unsupported": {},
+    "rings": {"rx": 1024, "tx": 1024, "rx_max": 8192, "tx_max": 8192},
+    "channels": {"rx": None, "tx": None, "other": 0, "combined": 16, "rx_max": None, "tx_max": None,
+                 "other_max": 0, "combined_max": 63},
+}  # fmt: skip
+
+
+def test_plan_rings_and_channels_to_max_or_a_number():
+    before, after, steps, unsupported = ns.plan(
+        MLX, {"rings": {"rx": "max", "tx": 1024}, "channels": {"combined": "max"}}
+    )
+    assert before == {"rings": {"rx": 1024, "tx": 1024}, "channels": {"combined": 16}}
+    assert after == {"rings": {"rx": 8192, "tx": 1024}, "channels": {"combined": 63}}
+    assert steps == [
+        ("rings", ["-G", "ens1f0", "rx", "8192"], "ethtool"),  # tx is already 1024: not in the command
+        ("channels", ["-L", "ens1f0", "combined", "63"], "ethtool"),
+    ]
+    assert unsupported == {}
+    _, _, steps, _ = ns.plan(MLX, {"rings": {"rx": 1024}, "channels": {"combined": 16}})
+    assert steps == []  # nothing to change: no step
+
+
+@pytest.mark.parametrize(
+    "want, message",
+    [
+        ({"rings": {"tx": 9000}}, "rings.tx: 9000 is above ens1f0's maximum 8192"),
+        ({"channels": {"combined": 64}}, "channels.combined: 64 is above ens1f0's maximum 63"),
+    ],
+)
+def test_plan_refuses_counts_above_the_maximum(want, message):
+    with pytest.raises(ns.NicSettingsError, match=message):
+        ns.plan(MLX, want)
+
+
+def test_plan_rings_and_channels_unsupported_without_facts():
+    nic = {"name": "veth0", "unsupported": {"rings": "Operation not supported"}, "rings": None, "channels": None}
+    _, _, steps, unsupported = ns.plan(nic, {"rings": {"rx": "max"}, "channels": {"combined": 2}})
+    assert steps == [] and unsupported == {"rings": "Operation not supported", "channels": "not reported"}
