@@ -222,6 +222,16 @@ class _Checker:
             self.add(f"{path}.{key}", f"{value!r} is not one of {', '.join(choices)}")
         return value
 
+    def objects(self, items: list | None, path: str):
+        """(path, item) for each object of the list ``items`` at ``path`` (None: no items); any other item is an
+        error."""
+        for i, item in enumerate(items or []):
+            where = f"{path}[{i}]"
+            if isinstance(item, dict):
+                yield where, item
+            else:
+                self.add(where, f"expected an object, got {_kind(item)}")
+
     def counts(self, obj: Any, path: str, keys: tuple, optional: tuple = ()) -> dict | None:
         if not isinstance(obj, dict):
             self.add(path, f"expected an object, got {_kind(obj)}")
@@ -290,11 +300,7 @@ def validate(report: Any) -> list[str]:
 
     catalog_ids: set[str] = set()
     catalog = c.typed(report, "catalog", "report", (list,), "a list")
-    for i, entry in enumerate(catalog or []):
-        path = f"catalog[{i}]"
-        if not isinstance(entry, dict):
-            c.add(path, f"expected an object, got {_kind(entry)}")
-            continue
+    for path, entry in c.objects(catalog, "catalog"):
         rid = c.typed(entry, "id", path, (str,), "a string")
         if rid is not None:
             if not _RULE_ID.match(rid):
@@ -356,11 +362,7 @@ def _validate_host(c: _Checker, name: Any, host: Any, catalog_ids: set[str] | No
     if links is not None:
         c.choice(links, "source", f"{path}.links", LINK_SOURCES)
         peers = c.typed(links, "peers", f"{path}.links", (list,), "a list")
-        for i, peer in enumerate(peers or []):
-            ppath = f"{path}.links.peers[{i}]"
-            if not isinstance(peer, dict):
-                c.add(ppath, f"expected an object, got {_kind(peer)}")
-                continue
+        for ppath, peer in c.objects(peers, f"{path}.links.peers"):
             c.typed(peer, "site", ppath, (str,), "a string")
             for key in ("rtt_ms", "bandwidth_gbps"):
                 value = c.typed(peer, key, ppath, (int, float, type(None)), "a number or null")
@@ -372,11 +374,7 @@ def _validate_host(c: _Checker, name: Any, host: Any, catalog_ids: set[str] | No
             c.typed(facts, key, f"{path}.facts", (dict,), "an object", optional=True)
     findings = c.typed(host, "findings", path, (list,), "a list")
     seen: set[str] = set()
-    for i, f in enumerate(findings or []):
-        fpath = f"{path}.findings[{i}]"
-        if not isinstance(f, dict):
-            c.add(fpath, f"expected an object, got {_kind(f)}")
-            continue
+    for fpath, f in c.objects(findings, f"{path}.findings"):
         rule = c.typed(f, "rule", fpath, (str,), "a string")
         if rule is not None:
             if rule in seen:
