@@ -69,21 +69,11 @@ def _gpus(facts):
 
 
 def _host(facts, *path):
-    value = facts.get("host")
-    for key in path:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
+    return _get(facts, "host", *path)
 
 
 def _net(facts, *path):
-    value = facts.get("network")
-    for key in path:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
+    return _get(facts, "network", *path)
 
 
 def _get(d, *path):

@@ -338,22 +338,29 @@ def _check_route_congctl(facts, pol, observed, wanted):
     return result(status, observed, expected, "routes to %s do not use %s%s" % (", ".join(missing), wanted, why))
 
 
-def check_mtu_probing(facts, pol):
+def _long_haul_tcp(facts, pol, key):
+    """(the host's tcp_<key>, None) where it has long links, else (None, the skip result): not judged without long
+    links or where the value is not readable."""
     if not _long_links(facts, pol):
-        return skip("no long links (>= %s ms)" % pol["network"]["long_link_rtt_ms"])
-    value = _net(facts, "tcp", "mtu_probing")
+        return None, skip("no long links (>= %s ms)" % pol["network"]["long_link_rtt_ms"])
+    value = _net(facts, "tcp", key)
     if value is None:
-        return skip("tcp_mtu_probing not readable")
+        return None, skip("tcp_%s not readable" % key)
+    return value, None
+
+
+def check_mtu_probing(facts, pol):
+    value, skipped = _long_haul_tcp(facts, pol, "mtu_probing")
+    if skipped:
+        return skipped
     status = "pass" if value >= 1 else "fail"
     return result(status, value, ">= 1", "tcp_mtu_probing is %d" % value)
 
 
 def check_slow_start_after_idle(facts, pol):
-    if not _long_links(facts, pol):
-        return skip("no long links (>= %s ms)" % pol["network"]["long_link_rtt_ms"])
-    value = _net(facts, "tcp", "slow_start_after_idle")
-    if value is None:
-        return skip("tcp_slow_start_after_idle not readable")
+    value, skipped = _long_haul_tcp(facts, pol, "slow_start_after_idle")
+    if skipped:
+        return skipped
     status = "fail" if value else "pass"
     return result(status, value, 0, "tcp_slow_start_after_idle is %d" % value)
 
