@@ -393,11 +393,6 @@ def test_checker_as_slurms_health_check_program(checker):
         configure("")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="checker.is_clean counts a run whose NVML read failed (DriverNotLoaded: facts.gpu is a dict with "
-    "nvml.available false) as complete, so the node is resumed; remove this mark once is_clean requires the GPUs read",
-)
 def test_checker_never_resumes_when_it_could_not_read_the_gpus(checker):
     """The GPU came back? Not known when the driver does not answer: a node drained for a lost GPU stays drained."""
     lab = checker

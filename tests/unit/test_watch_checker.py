@@ -127,7 +127,8 @@ def _config():
 def _result(findings):
     from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
 
-    return {"facts": {"gpu": {}}, "findings": findings, "summary": rules.summarize(findings)}
+    gpu = {"nvml": {"available": True}, "gpus": [{"index": 0}]}
+    return {"facts": {"gpu": gpu}, "findings": findings, "summary": rules.summarize(findings)}
 
 
 def test_textfile_finding_series_are_the_controller_reports(tmp_path):
@@ -175,6 +176,10 @@ def test_a_clean_run_needs_every_rule_evaluated_and_the_gpus_read():
     assert checker.is_clean(_result(FINDINGS))
     assert not checker.is_clean(_result(FINDINGS + [{"rule": "X", "status": "error"}]))
     assert not checker.is_clean({"facts": {"gpu": None}, "findings": FINDINGS})
+    # the driver did not answer (DriverNotLoaded): every GPU rule skips, which is not "repaired"
+    no_driver = {"nvml": {"available": False, "error_code": "DriverNotLoaded"}, "gpus": []}
+    assert not checker.is_clean({"facts": {"gpu": no_driver}, "findings": FINDINGS})
+    assert not checker.is_clean({"facts": {"gpu": {"nvml": {"available": True}, "gpus": []}}, "findings": FINDINGS})
     assert not checker.is_clean(None)
 
 

@@ -183,8 +183,13 @@ def problems(findings, severity):
 
 
 def is_clean(result):
-    """A complete run: every rule evaluated (no error finding) and the GPUs read. Only then may a node be resumed."""
-    if result is None or result["facts"].get("gpu") is None:
+    """A complete run: every rule evaluated (no error finding) and the GPUs really read (NVML or nvidia-smi answered
+    and listed at least one GPU). Only then may a node be resumed: a run in which the driver did not answer skips
+    every GPU rule, and skipped is not repaired."""
+    if result is None:
+        return False
+    gpu = result["facts"].get("gpu")
+    if not isinstance(gpu, dict) or not (gpu.get("nvml") or {}).get("available") or not gpu.get("gpus"):
         return False
     return not any(f.get("status") == "error" for f in result["findings"])
 
@@ -323,6 +328,7 @@ def npd_message(config, result, problem_list):
 
 
 def _cpu_seconds():
+    """CPU time of this process so far (start-up and imports included; execve keeps the count) and its children."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
 
@@ -343,7 +349,7 @@ def main(argv=None, version=None, out=None):
         out.write(line + "\n")
         out.flush()
 
-    started, cpu0 = time.time(), _cpu_seconds()
+    started = time.time()
     try:
         config = load_config(args.config)
     except CheckError as exc:
@@ -362,7 +368,7 @@ def main(argv=None, version=None, out=None):
     except Exception as exc:  # a reader bug must still leave a textfile that says the check failed
         error = "%s: %s" % (type(exc).__name__, exc)
     finished = time.time()
-    run = {"finished": finished, "wall": finished - started, "cpu": _cpu_seconds() - cpu0}
+    run = {"finished": finished, "wall": finished - started, "cpu": _cpu_seconds()}
     problem_list = problems(result["findings"], watch["problem_severity"]) if result else []
 
     if args.mode == "npd":
