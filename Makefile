@@ -16,12 +16,16 @@ audit: deps-base $(VENV)/.installed
 # nothing pulled): audited (reports/demo/), then remediated and audited again (reports/demo/remediation-*/: before,
 # after, remediation.json). Every change lands inside the containers: nothing on this machine is changed. The
 # containers stay up for a look (`podman exec -it gpufleet-demo-sg-a100-01 bash`); `make demo-down` removes them.
+# Last, the watch (playbooks/watch.yml) is installed on every container: `podman exec gpufleet-demo-sg-a100-01
+# gpufleet-watch` checks the host again, and its textfile is /var/lib/prometheus/node-exporter/gpufleet.prom (the demo
+# containers run no systemd: the timer's units are installed, not started).
 # `make demo-local` runs the same fleet without containers, on fixture trees under build/demo.
 demo: deps-test $(VENV)/.installed-test sim lab
 	$(BIN)/python tests/sim/demo.py
 	$(BIN)/ansible-playbook -i inventories/demo-podman/hosts.yml tests/sim/demo_podman.yml
 	$(BIN)/gpufleet audit -i inventories/demo-podman/hosts.yml --out reports/demo
 	$(BIN)/gpufleet remediate -i inventories/demo-podman/hosts.yml --out reports/demo
+	$(BIN)/ansible-playbook -i inventories/demo-podman/hosts.yml playbooks/watch.yml
 
 demo-down: $(VENV)/.installed-test
 	$(BIN)/ansible-playbook -i inventories/demo-podman/hosts.yml tests/sim/demo_podman.yml -e gpufleet_demo_state=absent
