@@ -9,8 +9,9 @@ as the timer does (`gpufleet-watch --config FILE`: readers, rules, textfile and 
 Per run, from wait4() of the checker's process (interpreter start-up and imports included): wall time, CPU time
 (user + system) and max RSS. Two sample settings: --sample 0 (no counter sample) and the default 1 s (swap rate,
 GPU error counters and NIC drops sampled over one second: a sleep, so wall time grows and CPU does not). Medians
-per host kind. Everything is written under build/bench/watch (git-ignored); results:
-bench/results/watch_cost-<YYYY-MM-DD>.json.
+per host. The configuration carries the simulated library's environment, so each run includes the checker's one
+re-exec that applies it (as a host with a driver in /opt would). Everything is written under build/bench/watch
+(git-ignored); results: bench/results/watch_cost-<YYYY-MM-DD>.json.
 
     .venv/bin/python bench/watch_cost.py                 # 8 hosts x 5 runs x samples 0 and 1 s
     .venv/bin/python bench/watch_cost.py --runs 3 --samples 0
@@ -67,8 +68,10 @@ def _gpu_count(state: Path) -> int:
 def _one_run(checker: Path, config: Path) -> dict[str, float]:
     t0 = time.monotonic()
     pid = os.fork()
-    if pid == 0:  # the child: the checker, as systemd starts it
+    if pid == 0:  # the child: the checker, as systemd starts it (its journal lines to /dev/null)
         try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
             os.execv(sys.executable, [sys.executable, str(checker), "--config", str(config)])
         finally:
             os._exit(127)
