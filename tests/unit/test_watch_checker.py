@@ -186,3 +186,14 @@ def test_a_clean_run_needs_every_rule_evaluated_and_the_gpus_read():
 def test_one_series_per_rule_even_when_a_rule_repeats():
     twice = [FINDINGS[0], dict(FINDINGS[0], message="again")]
     assert len(prometheus_text.finding_samples("h", twice)) == 1
+
+
+def test_the_host_module_runs_commands_as_the_readers_expect():
+    """audit_core's contract without Ansible: (rc, stdout, stderr) as text, a missing program as 127."""
+    module = checker.HostModule({})
+    rc, out, err = module.run_command(["sh", "-c", "echo out; echo err >&2; exit 3"], environ_update={"LC_ALL": "C"})
+    assert (rc, out, err) == (3, "out\n", "err\n")
+    assert module.run_command(["/nonexistent/tool"])[0] == 127
+    assert module.get_bin_path("sh") and module.get_bin_path("no-such-tool-here") is None
+    with pytest.raises(checker.CheckError, match="nvml_library: bad"):
+        module.fail_json(msg="nvml_library: bad")
