@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import simulators
 
 REPO = Path(__file__).resolve().parents[1]
 SIM_DIR = REPO / "build" / "sim"
@@ -20,20 +20,10 @@ if str(REPO / ".collections") not in sys.path:
     sys.path.insert(0, str(REPO / ".collections"))
 
 
-def load_profiles():
-    """tests/sim/nvml/profiles.py as a module (it is also a CLI, not a package)."""
-    spec = importlib.util.spec_from_file_location(
-        "gpufleet_sim_profiles", REPO / "tests" / "sim" / "nvml" / "profiles.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gpufleet_sim_profiles", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def profiles():
-    return load_profiles()
+    """tests/sim/nvml/profiles.py as a module (it is also a CLI, not a package)."""
+    return simulators.profiles()
 
 
 @pytest.fixture(scope="session")

@@ -6,32 +6,22 @@ own fixture tree, so the module runs exactly as on a real host, in its own proce
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
+import simulators
 import yaml
+from ansible_collections.gpufleet.tuning.plugins.module_utils import host
+from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 from gpufleet.runner import run_playbook
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 TASK = "Read host state"
 
 
-def load_mkroot():
-    name = "gpufleet_sim_mkroot"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "sim" / "host" / "mkroot.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-mkroot = load_mkroot()
+mkroot = simulators.mkroot()
 
 PLAYBOOK = f"""---
 - name: Run host_info against fixture roots
@@ -149,19 +139,12 @@ def _host(fleet, name) -> dict:
     return out["host"]
 
 
-def test_healthy(fleet):
+def test_healthy(fleet, tmp_path):
     got = _host(fleet, "healthy")
-    assert got["cpu"] == {
-        "model": "Intel(R) Xeon(R) Platinum 8480+",
-        "sockets": 2,
-        "cores": 112,
-        "threads": 224,
-        "governors": {"performance": "0-223"},
-        "scaling_driver": "intel_pstate",
-        "epp": {"performance": "0-223"},
-        "freq_mhz": {"min": 800, "max": 3800, "current_avg": 2000},
-        "boost": True,
-    }
+    # Through Ansible, the CPU facts the reader finds in the same default root (tests/unit/test_host.py pins each
+    # value of that root).
+    direct = host.collect(HostFS(str(mkroot.build_root(tmp_path / "root", ROOTS["healthy"]))), sample_seconds=0)
+    assert got["cpu"] == direct["cpu"] and got["cpu"]["model"] == "Intel(R) Xeon(R) Platinum 8480+"
     assert [(n["id"], n["cpus"]) for n in got["numa"]["nodes"]] == [(0, "0-55,112-167"), (1, "56-111,168-223")]
     assert got["numa"]["balancing"] is False
     mem = got["memory"]

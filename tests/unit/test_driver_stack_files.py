@@ -3,19 +3,14 @@ roots built by tests/sim/host/mkroot.py."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+import simulators
 from ansible_collections.gpufleet.tuning.plugins.module_utils import pci, software
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
-REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("gpufleet_sim_mkroot_stack", REPO / "tests/sim/host/mkroot.py")
-mkroot = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = mkroot
-_spec.loader.exec_module(mkroot)
+mkroot = simulators.mkroot()
 
 
 def _fs(tmp_path, **overrides):

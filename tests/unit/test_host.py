@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import simulators
 from ansible_collections.gpufleet.tuning.plugins.module_utils import host as h
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
@@ -16,17 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 MKROOT = REPO / "tests" / "sim" / "host" / "mkroot.py"
 
 
-def load_mkroot():
-    name = "gpufleet_sim_mkroot"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, MKROOT)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-mkroot = load_mkroot()
+mkroot = simulators.mkroot()
 
 
 def collect(root, **kwargs):
@@ -173,14 +163,8 @@ def test_healthy_default_root_exactly(healthy):
             "psi_some_avg10": 0.0,
             "psi_full_avg10": 0.0,
         },
-        "vm": {
-            "swappiness": 10,
-            "overcommit_memory": 0,
-            "overcommit_ratio": 50,
-            "min_free_kbytes": 185364,
-            "zone_reclaim_mode": 0,
-            "max_map_count": 262144,
-        },
+        # The vm.* values the root was written with, read back.
+        "vm": {k: mkroot.DEFAULTS[k] for k in mkroot.VM_KEYS},
         "thp": {"enabled": "madvise", "defrag": "madvise"},
         "hugepages": {"total": 0, "free": 0, "size_kb": 2048},
         "memlock": {

@@ -6,31 +6,15 @@ Each test marked "old code: ..." failed against the rules before this change (se
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+import simulators
 from ansible_collections.gpufleet.tuning.plugins.module_utils import host as host_mod
 from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as pol_mod
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 from rule_facts import gpu, healthy
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _mkroot():
-    name = "gpufleet_sim_mkroot"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "sim" / "host" / "mkroot.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-mkroot = _mkroot()
+mkroot = simulators.mkroot()
 
 
 def _facts(tmp_path, overrides, name="root"):

@@ -8,14 +8,13 @@ variant must parse to exactly what its text counterpart gives.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import simulators
 from ansible_collections.gpufleet.tuning.plugins.module_utils import ethtool, nic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 from ansible_collections.gpufleet.tuning.plugins.module_utils.ifname import (
@@ -37,15 +36,7 @@ SECTION_FILES = {
 }
 
 
-def load_netroot():
-    spec = importlib.util.spec_from_file_location("gpufleet_sim_netroot", REPO / "tests/sim/host/netroot.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gpufleet_sim_netroot", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-netroot = load_netroot()
+netroot = simulators.netroot()
 
 
 def _ch(rx=None, tx=None, other=None, combined=None, rx_max=None, tx_max=None, other_max=None, combined_max=None):

@@ -119,6 +119,15 @@ from pathlib import Path
 from typing import Any
 
 MARKER = ".gpufleet-mkroot.json"
+# The settings written as /proc/sys/vm/<key> (host_info reads them back as facts["vm"]).
+VM_KEYS = (
+    "swappiness",
+    "overcommit_memory",
+    "overcommit_ratio",
+    "min_free_kbytes",
+    "zone_reclaim_mode",
+    "max_map_count",
+)
 MIB_KB = 1024
 
 DEFAULTS: dict[str, Any] = {
@@ -664,14 +673,7 @@ def write_memory(w: _Writer, s: Mapping[str, Any], layout: list[dict[str, int]])
     huge = "/sys/kernel/mm/transparent_hugepage/"
     w(huge + "enabled", " ".join(f"[{v}]" if v == s["thp_enabled"] else v for v in THP_ENABLED) + "\n")
     w(huge + "defrag", " ".join(f"[{v}]" if v == s["thp_defrag"] else v for v in THP_DEFRAG) + "\n")
-    for key in (
-        "swappiness",
-        "overcommit_memory",
-        "overcommit_ratio",
-        "min_free_kbytes",
-        "zone_reclaim_mode",
-        "max_map_count",
-    ):
+    for key in VM_KEYS:
         w("/proc/sys/vm/" + key, f"{s[key]}\n")
     w("/proc/sys/vm/nr_hugepages", f"{s['hugepages_total']}\n")
     if s["numa_balancing"] is not None:
