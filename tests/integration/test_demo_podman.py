@@ -80,7 +80,23 @@ def fleet(sim_lib, tmp_path_factory):
     remediate = subprocess.run(
         [*cli, "remediate", "-i", str(INVENTORY), "--out", str(out)], capture_output=True, text=True, timeout=1200
     )
-    yield {"out": out, "audit": audit, "remediate": remediate, "built": build / "demo", "copy": build / "copy"}
+    # `make demo` ends by installing the watch: its checker judges each container with the same policy and code.
+    watch = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(INVENTORY), str(REPO / "playbooks" / "watch.yml")],
+        cwd=REPO,
+        env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    yield {
+        "out": out,
+        "audit": audit,
+        "remediate": remediate,
+        "watch": watch,
+        "built": build / "demo",
+        "copy": build / "copy",
+    }
     _playbook("-e", "gpufleet_demo_state=absent")
 
 
@@ -111,6 +127,24 @@ def test_changes_landed_inside_the_containers(fleet):
     assert "vm.swappiness = 10" in dropin
     tcp = _exec("sg-l40s-03", "cat", "/var/lib/gpufleet-demo/root/proc/sys/net/ipv4/tcp_congestion_control")
     assert tcp.strip() == "bbr"
+
+
+def test_the_watch_on_each_container_finds_what_the_audit_found(fleet):
+    """A finding means the same wherever it was made: the on-host checker's textfile names exactly the rules that
+    the controller's audit after remediation reports failing or warning on that host."""
+    proc = fleet["watch"]
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    (run_dir,) = fleet["out"].glob("remediation-*")
+    after = _failing(json.loads((run_dir / "after" / "latest" / "report.json").read_text()))
+    for host in demo.EXPECTED:
+        text = _exec(host, "cat", "/var/lib/prometheus/node-exporter/gpufleet.prom")
+        rules = sorted(
+            line.split('rule="', 1)[1].split('"', 1)[0]
+            for line in text.splitlines()
+            if line.startswith("gpufleet_finding{")
+        )
+        assert rules == after[host], host
+        assert f'gpufleet_host_up{{host="{host}",status="ok"}} 1' in text
 
 
 def test_nothing_changed_on_this_machine(fleet):
