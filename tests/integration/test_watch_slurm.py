@@ -347,11 +347,15 @@ def test_checker_drains_on_a_lost_gpu_and_resumes_when_it_is_back(checker):
     assert row["state"] == "drained" and row["reason"].startswith("gpufleet: GPU-HLT-002 GPU(s) [3] "), (row, out)
     assert "slurm: drained node gfn2: gpufleet: GPU-HLT-002" in out
     assert _drained_metric(lab, "gfn2") == 1
+    # What `pytest -s` shows (README, "Watch"): the checker's journal lines and Slurm's own view of the node.
+    reasons = "sinfo -R -o '%75E %N'"
+    print(f"\n$ {run}   # on gfn2, GPU 3 lost\n{out.rstrip()}\n$ {reasons}\n{lab.sh('gfn1', reasons).rstrip()}")
     assert lab.sinfo()["gfn1"]["state"] == "idle"
 
     lab.gpus("gfn2")  # the GPU answers again
     out = lab.sh("gfn2", run)
     assert "slurm: resumed node gfn2" in out, out
+    print(f"$ {run}   # GPU 3 back\n{out.rstrip()}")
     lab.wait_idle(timeout=10)
     assert _drained_metric(lab, "gfn2") == 0
 
