@@ -1,8 +1,12 @@
 """What the role and module tests share to run Ansible against this machine as a stand-in host, written once:
 
-- ``local_host``, ``write_inventory``, ``write_play``: a local-connection host's variables, an inventory of such
-  hosts, a play file;
+- ``play``, ``local_host``, ``write_inventory``, ``write_play``: a play's text, a local-connection host's variables,
+  an inventory of such hosts, a play file;
+- ``sim_gpu_host``, ``SIM_NVML``: a local host whose GPUs are the simulated NVML library's (tests/sim/nvml), and
+  the play environment that points pynvml at it;
 - ``run``: a playbook run (gpufleet.runner, as the CLI runs them) with the tasks that changed something;
+- ``on_localhost``: ``ansible`` or ``ansible-playbook`` itself against localhost;
+- ``gpufleet``: the CLI (``python -m gpufleet.cli``), its output captured;
 - ``digest``: one hash over a tree's files, to tell that check mode wrote nothing;
 - ``namespace``: a network namespace of the test's own (skipped where ``ip netns add`` is not permitted), with
   ``veth`` for its NICs, ``ns_exec`` and ``ns_python`` (a Python that runs inside it: a host's
@@ -18,6 +22,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import uuid
 from collections.abc import Iterator
@@ -28,10 +33,48 @@ import yaml
 
 from gpufleet.runner import run_playbook
 
+# A role left out on runs with the extra variable audit_only=true: the same play audits before and after a fix.
+SKIP_ON_AUDIT_ONLY = "not (audit_only | default(false))"
+
+
+def play(
+    name: str, *, roles: tuple[str, ...] = (), tasks: str | list = "", audit_only: bool = False, **keywords
+) -> str:
+    """YAML text of one play on all hosts, facts not gathered: the gpufleet.tuning ``roles`` (with ``audit_only``,
+    each when SKIP_ON_AUDIT_ONLY), then ``tasks`` (the task list, or its YAML text); ``keywords`` are more play
+    keywords (environment, check_mode, ...)."""
+    body: dict = {"name": name, "hosts": "all", "gather_facts": False, **keywords}
+    if roles:
+        when = {"when": SKIP_ON_AUDIT_ONLY} if audit_only else {}
+        body["roles"] = [{"role": f"gpufleet.tuning.{role}", **when} for role in roles]
+    if tasks:
+        body["tasks"] = yaml.safe_load(textwrap.dedent(tasks)) if isinstance(tasks, str) else tasks
+    return yaml.safe_dump([body], sort_keys=False, width=120)
+
+
+def audit_play(name: str, **args) -> str:
+    """A play whose one task, "Audit", runs the audit module on each host of a simulated fleet with the host's own
+    environment (``gpufleet_environment``: the simulated NVML), fixture root (``gpufleet_audit_root``) and policy
+    (``test_policy``, default none); ``args`` are more arguments of the module."""
+    audit = {"policy": "{{ test_policy | default({}) }}", "root": "{{ gpufleet_audit_root }}", "sample_seconds": 0}
+    task = {"name": "Audit", "gpufleet.tuning.audit": {**audit, **args}}
+    return play(name, tasks=[task], environment="{{ gpufleet_environment }}")
+
 
 def local_host(python: str | Path = sys.executable, **variables) -> dict:
     """A host Ansible reaches with the local connection, its modules run by ``python``."""
     return {"ansible_connection": "local", "ansible_python_interpreter": str(python), **variables}
+
+
+# The play environment of simulated-GPU hosts: the simulated libnvidia-ml.so.1 first on the loader's path, its state
+# file from the host's variables (sim_gpu_host sets both).
+SIM_NVML = {"LD_LIBRARY_PATH": "{{ sim_lib_dir }}", "FAKE_NVML_STATE": "{{ sim_state }}"}
+
+
+def sim_gpu_host(sim_lib: Path, state: Path, **variables) -> dict:
+    """A local host whose GPUs are those of the simulated library ``sim_lib`` with state file ``state``, for plays
+    with ``environment=SIM_NVML``."""
+    return local_host(sim_lib_dir=str(sim_lib.parent), sim_state=str(state), **variables)
 
 
 def write_inventory(tmp: Path, hosts: dict[str, dict], name: str = "hosts.yml") -> Path:
@@ -63,6 +106,22 @@ def run(play: Path, inventory: Path, **kwargs):
 def changed_tasks(changed: list[dict]) -> list[str]:
     """The names of the tasks in ``run``'s changed results, sorted, each once."""
     return sorted({d["task"] for d in changed})
+
+
+def on_localhost(tool: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``tool`` (``ansible``, ``ansible-playbook``) of this test's virtualenv with ``args``, against localhost over the
+    local connection, its modules run by this test's Python; output captured as text."""
+    target = ["localhost"] if tool == "ansible" else ["-i", "localhost,"]
+    python = "ansible_python_interpreter=" + sys.executable
+    argv = [str(Path(sys.executable).parent / tool), *target, "-c", "local", "-e", python, *args]
+    return subprocess.run(argv, env=env, capture_output=True, text=True)
+
+
+def gpufleet(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``gpufleet ARGS`` run by this test's Python, output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def digest(root: Path) -> str:

@@ -18,22 +18,13 @@ import demo  # noqa: E402
 pytestmark = pytest.mark.integration
 TASK = "Audit"
 
-PLAYBOOK = """
-- name: Audit module
-  hosts: all
-  gather_facts: false
-  environment: "{{ gpufleet_environment }}"
-  tasks:
-    - name: Audit
-      gpufleet.tuning.audit:
-        policy: "{{ test_policy | default({}) }}"
-        root: "{{ gpufleet_audit_root }}"
-        ethtool_path: "{{ gpufleet_ethtool_path }}"
-        sample_seconds: 0
-        gather: "{{ test_gather | default(['gpu', 'host', 'network']) }}"
-        include_facts: "{{ test_include_facts | default(true) }}"
-        interfaces: "{{ test_interfaces | default(omit) }}"
-"""
+PLAYBOOK = labkit.audit_play(
+    "Audit module",
+    ethtool_path="{{ gpufleet_ethtool_path }}",
+    gather="{{ test_gather | default(['gpu', 'host', 'network']) }}",
+    include_facts="{{ test_include_facts | default(true) }}",
+    interfaces="{{ test_interfaces | default(omit) }}",
+)
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +71,8 @@ def results(sim_lib, tmp_path_factory, listener):
         "bad_rule": {**common, "test_policy": {"rules": {"NOPE-001": {"enabled": False}}}},
         "bad_iface": {**common, "test_interfaces": ["eth0;reboot"]},
     }
-    (tmp / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    (tmp / "play.yml").write_text(PLAYBOOK)
-    return run_playbook(str(tmp / "play.yml"), str(tmp / "hosts.yml")).hosts
+    inventory = labkit.write_inventory(tmp, hosts)
+    return run_playbook(str(labkit.write_play(tmp, PLAYBOOK)), str(inventory)).hosts
 
 
 def _ok(results, name):

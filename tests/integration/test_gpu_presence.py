@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+import labkit
 import pytest
-import yaml
 
 from gpufleet.runner import run_playbook
 
@@ -26,19 +26,7 @@ pytestmark = pytest.mark.integration
 mkroot, profiles = demo.mkroot, demo.profiles
 TASK = "Audit"
 
-PLAYBOOK = """
-- name: Audit GPU presence and the driver stack
-  hosts: all
-  gather_facts: false
-  environment: "{{ gpufleet_environment }}"
-  tasks:
-    - name: Audit
-      gpufleet.tuning.audit:
-        policy: "{{ test_policy | default({}) }}"
-        root: "{{ gpufleet_audit_root }}"
-        sample_seconds: 0
-        gather: [gpu, host]
-"""
+PLAYBOOK = labkit.audit_play("Audit GPU presence and the driver stack", gather=["gpu", "host"])
 
 SXID_FATAL = mkroot.sxid_line(20034, fatal=True, pci="0000:05:00.0")
 
@@ -119,19 +107,16 @@ def results(sim_lib, tmp_path_factory):
             d = root / f"usr/local/cuda-{version.rsplit('.', 1)[0]}"
             d.mkdir(parents=True)
             (d / "version.json").write_text(json.dumps({"cuda": {"name": "CUDA SDK", "version": version}}))
-        hosts[name] = {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
-            "gpufleet_audit_root": str(root),
-            "gpufleet_environment": {
+        hosts[name] = labkit.local_host(
+            gpufleet_audit_root=str(root),
+            gpufleet_environment={
                 "LD_LIBRARY_PATH": str(sim_lib.parent),
                 "FAKE_NVML_STATE": str(host_dir / "nvml.state"),
             },
-            "test_policy": policy,
-        }
-    (tmp / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    (tmp / "play.yml").write_text(PLAYBOOK)
-    return run_playbook(str(tmp / "play.yml"), str(tmp / "hosts.yml")).hosts
+            test_policy=policy,
+        )
+    inventory = labkit.write_inventory(tmp, hosts)
+    return run_playbook(str(labkit.write_play(tmp, PLAYBOOK)), str(inventory)).hosts
 
 
 def _findings(results, name):

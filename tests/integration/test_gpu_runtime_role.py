@@ -10,25 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import labkit
 import pytest
-import yaml
-
-from gpufleet.runner import run_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 APPLY = REPO / "roles" / "gpu_runtime" / "files" / "gpufleet-gpu-apply"
 pytestmark = pytest.mark.integration
 
-PLAY = """
-- name: GPU runtime
-  hosts: all
-  gather_facts: false
-  environment:
-    LD_LIBRARY_PATH: "{{ sim_lib_dir }}"
-    FAKE_NVML_STATE: "{{ sim_state }}"
-  roles:
-    - role: gpufleet.tuning.gpu_runtime
-"""
+PLAY = labkit.play("GPU runtime", roles=("gpu_runtime",), environment=labkit.SIM_NVML)
 
 
 @pytest.fixture
@@ -39,39 +28,29 @@ def host(tmp_path, profiles, sim_lib):
     profiles.write_state(
         state, profiles.build_state("h100", gpus=2, driver="550", overrides=["gpu.*.persistence_mode=0"])
     )
-    inv = {
-        "all": {
-            "hosts": {
-                "gpu1": {
-                    "ansible_connection": "local",
-                    "ansible_python_interpreter": sys.executable,
-                    "sim_lib_dir": str(sim_lib.parent),
-                    "sim_state": str(state),
-                    "gpu_runtime_power_limit": "90%",
-                    "gpu_runtime_config_file": str(tmp_path / "etc/gpu-runtime.json"),
-                    "gpu_runtime_apply_script": str(tmp_path / "libexec/gpufleet-gpu-apply"),
-                    "gpu_runtime_unit_dir": str(tmp_path / "units"),
-                    "gpu_runtime_state_dir": str(tmp_path / "var"),
-                }
-            }
-        }
-    }
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
-    (tmp_path / "play.yml").write_text(PLAY)
+    _gpu_host(
+        tmp_path,
+        PLAY,
+        sim_lib,
+        state,
+        gpu_runtime_power_limit="90%",
+        gpu_runtime_config_file=str(tmp_path / "etc/gpu-runtime.json"),
+        gpu_runtime_apply_script=str(tmp_path / "libexec/gpufleet-gpu-apply"),
+        gpu_runtime_unit_dir=str(tmp_path / "units"),
+        gpu_runtime_state_dir=str(tmp_path / "var"),
+    )
     return tmp_path, state
 
 
+def _gpu_host(tmp: Path, play: str, sim_lib: Path, state: Path, **hostvars) -> None:
+    """Inventory and ``play`` for one local host ``gpu1`` whose GPUs are the simulated ones of ``state``."""
+    labkit.write_inventory(tmp, {"gpu1": labkit.sim_gpu_host(sim_lib, state, **hostvars)})
+    labkit.write_play(tmp, play)
+
+
 def _run(tmp: Path):
-    events = []
-    result = run_playbook(str(tmp / "play.yml"), str(tmp / "hosts.yml"), on_event=events.append)
-    changed = sorted(
-        {
-            e["event_data"]["task"]
-            for e in events
-            if e.get("event") == "runner_on_ok" and (e["event_data"].get("res") or {}).get("changed")
-        }
-    )
-    return result.hosts["gpu1"], changed
+    result, changed = labkit.run(tmp / "play.yml", tmp / "hosts.yml")
+    return result.hosts["gpu1"], labkit.changed_tasks(changed)
 
 
 def test_fix_idempotence_and_reboot(host, profiles, sim_lib):
@@ -146,37 +125,29 @@ def _policy_host(tmp_path, profiles, sim_lib, overrides, **hostvars):
     """One A100 host (400 W default, 100-400 W) with its simulated state; role variables and policy layers given."""
     state = tmp_path / "nvml.state"
     profiles.write_state(state, profiles.build_state("a100", gpus=2, driver="550", overrides=overrides))
-    inv = {
-        "all": {
-            "hosts": {
-                "gpu1": {
-                    "ansible_connection": "local",
-                    "ansible_python_interpreter": sys.executable,
-                    "sim_lib_dir": str(sim_lib.parent),
-                    "sim_state": str(state),
-                    "gpu_runtime_persist_at_boot": False,
-                    "gpu_runtime_state_dir": str(tmp_path / "var"),
-                    **hostvars,
-                }
-            }
-        }
-    }
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
-    (tmp_path / "play.yml").write_text(PLAY + FACT_TASK)
+    _gpu_host(
+        tmp_path,
+        labkit.play("GPU runtime", roles=("gpu_runtime",), environment=labkit.SIM_NVML, tasks=FACT_TASKS),
+        sim_lib,
+        state,
+        gpu_runtime_persist_at_boot=False,
+        gpu_runtime_state_dir=str(tmp_path / "var"),
+        **hostvars,
+    )
     return state
 
 
 # Records the fact the lead's remediation report reads.
-FACT_TASK = """  tasks:
-    - name: Policy overrides
-      ansible.builtin.debug:
-        var: gpu_runtime_policy_overrides
-    - name: Audit
-      gpufleet.tuning.audit:
-        policy: "{{ [gpufleet_policy | default({}), gpufleet_policy_group | default({}),
-                     gpufleet_policy_host | default({})] | ansible.builtin.combine(recursive=true) }}"
-        gather: [gpu]
-        sample_seconds: 0
+FACT_TASKS = """
+- name: Policy overrides
+  ansible.builtin.debug:
+    var: gpu_runtime_policy_overrides
+- name: Audit
+  gpufleet.tuning.audit:
+    policy: "{{ [gpufleet_policy | default({}), gpufleet_policy_group | default({}),
+                 gpufleet_policy_host | default({})] | ansible.builtin.combine(recursive=true) }}"
+    gather: [gpu]
+    sample_seconds: 0
 """
 
 
@@ -269,10 +240,10 @@ def test_user_value_wins_is_reported_and_never_exceeds_a_declared_cap(tmp_path, 
 
 # ---------------------------------------------------------------- issue 14: the reboot contract on every run
 
-REBOOT_FACT = """  tasks:
-    - name: Reboot fact
-      ansible.builtin.debug:
-        var: gpu_runtime_reboot_required
+REBOOT_FACT = """
+- name: Reboot fact
+  ansible.builtin.debug:
+    var: gpu_runtime_reboot_required
 """
 
 
@@ -285,7 +256,9 @@ REBOOT_FACT = """  tasks:
 )
 def test_reboot_required_is_set_on_every_run(tmp_path, profiles, sim_lib, hostvars, expected):
     _policy_host(tmp_path, profiles, sim_lib, ["gpu.*.ecc_current=0", "gpu.*.ecc_pending=0"], **hostvars)
-    (tmp_path / "play.yml").write_text(PLAY + REBOOT_FACT)
+    labkit.write_play(
+        tmp_path, labkit.play("GPU runtime", roles=("gpu_runtime",), environment=labkit.SIM_NVML, tasks=REBOOT_FACT)
+    )
     gpu1, _changed = _run(tmp_path)
     assert gpu1.status == "ok", gpu1.message
     assert gpu1.results["Reboot fact"]["gpu_runtime_reboot_required"] is expected

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from pathlib import Path
 
+import labkit
 import pytest
 import yaml
 
@@ -16,29 +16,27 @@ from gpufleet.runner import run_playbook
 pytestmark = pytest.mark.integration
 TASK = "Set GPU settings"
 
-PLAY = """
-- name: gpu_settings
-  hosts: all
-  gather_facts: false
-  environment:
-    LD_LIBRARY_PATH: "{{ sim_lib_dir }}"
-    FAKE_NVML_STATE: "{{ sim_state }}"
-  tasks:
-    - name: Set GPU settings
-      gpufleet.tuning.gpu_settings:
-        gpus: "{{ s.gpus | default(['all']) }}"
-        persistence_mode: "{{ s.persistence_mode | default(omit) }}"
-        power_limit: "{{ s.power_limit | default(omit) }}"
-        compute_mode: "{{ s.compute_mode | default(omit) }}"
-        application_clocks: "{{ s.application_clocks | default(omit) }}"
-        locked_clocks: "{{ s.locked_clocks | default(omit) }}"
-        ecc_mode: "{{ s.ecc_mode | default(omit) }}"
-        mig_mode: "{{ s.mig_mode | default(omit) }}"
-        strict: "{{ s.strict | default(false) }}"
-        state_dir: "{{ state_dir }}"
-      check_mode: "{{ check | default(false) }}"
-      diff: true
+TASKS = """
+- name: Set GPU settings
+  gpufleet.tuning.gpu_settings:
+    gpus: "{{ s.gpus | default(['all']) }}"
+    persistence_mode: "{{ s.persistence_mode | default(omit) }}"
+    power_limit: "{{ s.power_limit | default(omit) }}"
+    compute_mode: "{{ s.compute_mode | default(omit) }}"
+    application_clocks: "{{ s.application_clocks | default(omit) }}"
+    locked_clocks: "{{ s.locked_clocks | default(omit) }}"
+    ecc_mode: "{{ s.ecc_mode | default(omit) }}"
+    mig_mode: "{{ s.mig_mode | default(omit) }}"
+    strict: "{{ s.strict | default(false) }}"
+    state_dir: "{{ state_dir }}"
+  check_mode: "{{ check | default(false) }}"
+  diff: true
 """
+PLAY = labkit.play(
+    "gpu_settings",
+    tasks=TASKS,
+    environment=labkit.SIM_NVML,
+)
 
 FIX_ALL = {
     "persistence_mode": True,
@@ -92,16 +90,9 @@ def fleet(tmp_path_factory, profiles, sim_lib):
         if settings.get("gpus") == ["UUID2"]:
             settings["gpus"] = [state["gpu.2.uuid"]]
         states[name] = path
-        hosts[name] = {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
-            "sim_lib_dir": str(sim_lib.parent),
-            "sim_state": str(path),
-            "s": settings,
-            "state_dir": str(tmp / f"{name}.d"),
-        }
-    (tmp / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    (tmp / "play.yml").write_text(PLAY)
+        hosts[name] = labkit.sim_gpu_host(sim_lib, path, s=settings, state_dir=str(tmp / f"{name}.d"))
+    labkit.write_inventory(tmp, hosts)
+    labkit.write_play(tmp, PLAY)
 
     def run(check=False, limit=None):
         extra = {"check": True} if check else {}
@@ -238,14 +229,8 @@ def one_host(tmp_path, profiles, sim_lib):
             name = f"{TASK} {n}" if isinstance(args, list) else TASK
             tasks.append({**task, "name": name, "gpufleet.tuning." + module: one})
         play[0]["tasks"] = tasks
-        (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-        host = {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
-            "sim_lib_dir": str(sim_lib.parent),
-            "sim_state": str(state_path or state),
-        }
-        (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"gpu1": host}}}))
+        labkit.write_play(tmp_path, yaml.safe_dump(play))
+        labkit.write_inventory(tmp_path, {"gpu1": labkit.sim_gpu_host(sim_lib, state_path or state)})
         return run_playbook(str(tmp_path / "play.yml"), str(tmp_path / "hosts.yml"), extravars={"check": check})
 
     uuids = [profiles.read_state(state)[f"gpu.{i}.uuid"] for i in range(2)]

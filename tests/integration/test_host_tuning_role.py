@@ -3,7 +3,6 @@ owns (verified by re-running the audit on the same root), the second run changes
 
 from __future__ import annotations
 
-import hashlib
 import os
 import resource
 import shutil
@@ -12,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import labkit
 import pytest
 import yaml
 from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as pol_mod
@@ -26,46 +26,29 @@ import mkroot  # noqa: E402
 pytestmark = pytest.mark.integration
 OWNED = ["HOST-CPU-001", "HOST-CPU-003", "HOST-MEM-002", "HOST-MEM-003", "HOST-MEM-005"]
 
-PLAY = """
-- name: Tune
-  hosts: all
-  gather_facts: false
-  roles:
-    - role: gpufleet.tuning.host_tuning
-      when: not (audit_only | default(false))
-  tasks:
-    - name: Audit
-      gpufleet.tuning.audit:
-        root: "{{ host_tuning_root }}"
-        gather: [host]
-        sample_seconds: 0
-      register: audit
+AUDIT = """
+- name: Audit
+  gpufleet.tuning.audit:
+    root: "{{ host_tuning_root }}"
+    gather: [host]
+    sample_seconds: 0
+  register: audit
 """
+PLAY = labkit.play("Tune", roles=("host_tuning",), tasks=AUDIT, audit_only=True)
 
 
-def _digest(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and not p.is_symlink():
-            h.update(str(p).encode() + p.read_bytes())
-    return h.hexdigest()
+def _host(tmp: Path, root: Path) -> None:
+    """Inventory and play of one local host ``h`` whose root is the fixture tree ``root``."""
+    labkit.write_inventory(tmp, {"h": labkit.local_host(host_tuning_root=str(root))})
+    labkit.write_play(tmp, PLAY)
 
 
 def _run(tmp: Path, audit_only=False):
-    events = []
-    extra = {"audit_only": audit_only}
-    result = run_playbook(str(tmp / "play.yml"), str(tmp / "hosts.yml"), extravars=extra, on_event=events.append)
-    changed = sorted(
-        {
-            e["event_data"]["task"]
-            for e in events
-            if e.get("event") == "runner_on_ok" and (e["event_data"].get("res") or {}).get("changed")
-        }
-    )
+    result, changed = labkit.run(tmp / "play.yml", tmp / "hosts.yml", extravars={"audit_only": audit_only})
     host = result.hosts["h"]
     assert host.status == "ok", host.message
     failing = sorted(f["rule"] for f in host.results["Audit"]["findings"] if f["status"] == "fail")
-    return host, changed, failing
+    return host, labkit.changed_tasks(changed), failing
 
 
 def test_host_tuning_fixes_its_rules(tmp_path):
@@ -89,28 +72,16 @@ def test_host_tuning_fixes_its_rules(tmp_path):
             ],
         },
     )
-    inv = {
-        "all": {
-            "hosts": {
-                "h": {
-                    "ansible_connection": "local",
-                    "ansible_python_interpreter": sys.executable,
-                    "host_tuning_root": str(root),
-                }
-            }
-        }
-    }
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
-    (tmp_path / "play.yml").write_text(PLAY)
+    _host(tmp_path, root)
 
     _, _, before = _run(tmp_path, audit_only=True)
     assert set(OWNED) | {"HOST-MEM-004"} <= set(before)
 
-    digest = _digest(root)
-    (tmp_path / "check.yml").write_text(PLAY.replace("gather_facts: false", "gather_facts: false\n  check_mode: true"))
-    check = run_playbook(str(tmp_path / "check.yml"), str(tmp_path / "hosts.yml"))
+    digest = labkit.digest(root)
+    check_play = labkit.play("Tune", roles=("host_tuning",), tasks=AUDIT, audit_only=True, check_mode=True)
+    check = run_playbook(str(labkit.write_play(tmp_path, check_play, "check.yml")), str(tmp_path / "hosts.yml"))
     assert check.hosts["h"].status == "ok", check.hosts["h"].message
-    assert _digest(root) == digest, "check mode changed the host"
+    assert labkit.digest(root) == digest, "check mode changed the host"
 
     _, changed, after = _run(tmp_path)
     assert "Kernel memory and NUMA settings (HOST-MEM-002, HOST-MEM-005, HOST-CPU-003)" in changed
@@ -132,19 +103,7 @@ def test_tuned_keeps_the_governor(tmp_path):
     root = mkroot.build_root(tmp_path / "root", {"governor": "powersave", "epp": "power"})
     (root / "etc/tuned").mkdir(parents=True, exist_ok=True)
     (root / "etc/tuned/active_profile").write_text("balanced\n")
-    inv = {
-        "all": {
-            "hosts": {
-                "h": {
-                    "ansible_connection": "local",
-                    "ansible_python_interpreter": sys.executable,
-                    "host_tuning_root": str(root),
-                }
-            }
-        }
-    }
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
-    (tmp_path / "play.yml").write_text(PLAY)
+    _host(tmp_path, root)
     _, _, failing = _run(tmp_path)
     assert "HOST-CPU-001" in failing  # left to TuneD, and reported
     assert {p.read_text().strip() for p in root.glob("sys/devices/system/cpu/cpu*/cpufreq/scaling_governor")} == {
@@ -154,55 +113,38 @@ def test_tuned_keeps_the_governor(tmp_path):
 
 # ------------------------------------------- issue 12: targets from the policy, owners' choices kept
 
-POLICY_PLAY = """
-- name: Tune
-  hosts: all
-  gather_facts: false
-  roles:
-    - role: gpufleet.tuning.host_tuning
-  tasks:
-    - name: Audit
-      gpufleet.tuning.audit:
-        policy: "{{ [gpufleet_policy | default({}), gpufleet_policy_group | default({}),
-                     gpufleet_policy_host | default({})] | ansible.builtin.combine(recursive=true) }}"
-        root: "{{ host_tuning_root }}"
-        gather: [host]
-        sample_seconds: 0
-      register: audit
-    - name: Decisions
-      ansible.builtin.debug:
-        msg:
-          overrides: "{{ host_tuning_policy_overrides }}"
-          irqbalance: "{{ host_tuning_irqbalance }}"
-          restart_required: "{{ host_tuning_restart_required }}"
+POLICY_TASKS = """
+- name: Audit
+  gpufleet.tuning.audit:
+    policy: "{{ [gpufleet_policy | default({}), gpufleet_policy_group | default({}),
+                 gpufleet_policy_host | default({})] | ansible.builtin.combine(recursive=true) }}"
+    root: "{{ host_tuning_root }}"
+    gather: [host]
+    sample_seconds: 0
+  register: audit
+- name: Decisions
+  ansible.builtin.debug:
+    msg:
+      overrides: "{{ host_tuning_policy_overrides }}"
+      irqbalance: "{{ host_tuning_irqbalance }}"
+      restart_required: "{{ host_tuning_restart_required }}"
 """
+POLICY_PLAY = labkit.play("Tune", roles=("host_tuning",), tasks=POLICY_TASKS)
 
 
 def _fleet(tmp_path, hosts):
     """Several fixture hosts in one run (one playbook for all): {name: (mkroot overrides, host vars)}."""
-    inv = {"all": {"hosts": {}}}
+    inventory = {}
     for name, (overrides, hostvars) in hosts.items():
         root = mkroot.build_root(tmp_path / name, overrides)
-        inv["all"]["hosts"][name] = {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
-            "host_tuning_root": str(root),
-            **hostvars,
-        }
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
-    (tmp_path / "play.yml").write_text(POLICY_PLAY)
+        inventory[name] = labkit.local_host(host_tuning_root=str(root), **hostvars)
+    labkit.write_inventory(tmp_path, inventory)
+    labkit.write_play(tmp_path, POLICY_PLAY)
 
 
 def _run_fleet(tmp_path):
-    events = []
-    result = run_playbook(str(tmp_path / "play.yml"), str(tmp_path / "hosts.yml"), on_event=events.append)
-    changed = sorted(
-        {
-            (e["event_data"]["host"], e["event_data"]["task"])
-            for e in events
-            if e.get("event") == "runner_on_ok" and (e["event_data"].get("res") or {}).get("changed")
-        }
-    )
+    result, changed = labkit.run(tmp_path / "play.yml", tmp_path / "hosts.yml")
+    changed = sorted({(d["host"], d["task"]) for d in changed})
     out = {}
     for name, host in result.hosts.items():
         assert host.status == "ok", (name, host.message)
@@ -355,19 +297,14 @@ def test_memlock_reaches_the_job_daemons(tmp_path):
         },
     )
     roots = {name: tmp_path / name for name in ("installed", "running", "policy", "plain")}
-    digests = {name: _digest(root) for name, root in roots.items()}
-    (tmp_path / "check.yml").write_text(
-        POLICY_PLAY.replace("gather_facts: false", "gather_facts: false\n  check_mode: true")
+    digests = {name: labkit.digest(root) for name, root in roots.items()}
+    labkit.write_play(
+        tmp_path, labkit.play("Tune", roles=("host_tuning",), tasks=POLICY_TASKS, check_mode=True), "check.yml"
     )
-    events = []
-    check = run_playbook(str(tmp_path / "check.yml"), str(tmp_path / "hosts.yml"), on_event=events.append)
+    check, predicted = labkit.run(tmp_path / "check.yml", tmp_path / "hosts.yml")
     assert all(h.status == "ok" for h in check.hosts.values()), {n: h.message for n, h in check.hosts.items()}
-    assert {n: _digest(r) for n, r in roots.items()} == digests, "check mode changed a host"
-    predicted = {
-        (e["event_data"]["host"], e["event_data"]["task"])
-        for e in events
-        if e.get("event") == "runner_on_ok" and (e["event_data"].get("res") or {}).get("changed")
-    }
+    assert {n: labkit.digest(r) for n, r in roots.items()} == digests, "check mode changed a host"
+    predicted = {(d["host"], d["task"]) for d in predicted}
     assert ("running", MEMLOCK_TASK) in predicted and ("plain", MEMLOCK_TASK) not in predicted
 
     hosts, changed = _run_fleet(tmp_path)
@@ -404,23 +341,18 @@ def test_memlock_reaches_the_job_daemons(tmp_path):
     assert hosts["running"][1]["restart_required"] == ["containerd.service"]  # still true, still not restarted
 
 
-LIVE_PLAY = """
-- name: Tune a live systemd host
-  hosts: all
-  gather_facts: false
-  roles:
-    - role: gpufleet.tuning.host_tuning
-  tasks:
-    - name: Read
-      gpufleet.tuning.host_info:
-        sample_seconds: 0
-        kernel_log: none
-      register: after
-    - name: Decisions
-      ansible.builtin.debug:
-        msg:
-          restart_required: "{{ host_tuning_restart_required }}"
+LIVE_TASKS = """
+- name: Read
+  gpufleet.tuning.host_info:
+    sample_seconds: 0
+    kernel_log: none
+  register: after
+- name: Decisions
+  ansible.builtin.debug:
+    msg:
+      restart_required: "{{ host_tuning_restart_required }}"
 """
+LIVE_PLAY = labkit.play("Tune a live systemd host", roles=("host_tuning",), tasks=LIVE_TASKS)
 FAKE_CONTAINERD = """[Unit]
 Description=containerd stand-in (sleep, named containerd)
 [Service]
@@ -475,41 +407,24 @@ def test_memlock_dropin_and_restart_gate_on_a_live_systemd_host(systemd_containe
     host_tuning_restart_ok; then the daemon runs with the policy's limit and the rule passes. The container's hard
     memlock limit is 8 MiB (no CAP_SYS_RESOURCE to raise it), so the policy here asks for 4 MiB."""
     name = systemd_container
-    inv = {
-        "all": {
-            "hosts": {
-                name: {
-                    "ansible_connection": "containers.podman.podman",
-                    "ansible_python_interpreter": "/usr/bin/python3",
-                    "gpufleet_policy": {"memory": {"min_memlock_kb": 4096}},
-                    **{
-                        f"host_tuning_{rule}_enabled": False
-                        for rule in ("host_mem_002", "host_mem_003", "host_mem_005", "host_cpu_001", "host_cpu_003",
-                                     "host_cpu_004")
-                    },
-                }
-            }
-        }
-    }  # fmt: skip
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
-    (tmp_path / "play.yml").write_text(LIVE_PLAY)
+    host = {
+        "ansible_connection": "containers.podman.podman",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "gpufleet_policy": {"memory": {"min_memlock_kb": 4096}},
+        **{
+            f"host_tuning_{rule}_enabled": False
+            for rule in ("host_mem_002", "host_mem_003", "host_mem_005", "host_cpu_001", "host_cpu_003", "host_cpu_004")
+        },
+    }
+    inventory = labkit.write_inventory(tmp_path, {name: host})
+    play = labkit.write_play(tmp_path, LIVE_PLAY)
     policy = pol_mod.validate({"memory": {"min_memlock_kb": 4096}}, known_rules=rules.BY_ID)
 
     def run(restart_ok):
-        events = []
-        result = run_playbook(
-            str(tmp_path / "play.yml"),
-            str(tmp_path / "hosts.yml"),
-            extravars={"host_tuning_restart_ok": restart_ok},
-            on_event=events.append,
-        )
+        result, changed = labkit.run(play, inventory, extravars={"host_tuning_restart_ok": restart_ok})
         host = result.hosts[name]
         assert host.status == "ok", host.message
-        changed = {
-            e["event_data"]["task"]
-            for e in events
-            if e.get("event") == "runner_on_ok" and (e["event_data"].get("res") or {}).get("changed")
-        }
+        changed = set(labkit.changed_tasks(changed))
         facts = host.results["Read"]["host"]
         finding = {f["rule"]: f for f in rules.evaluate({"host": facts}, policy)}["HOST-MEM-004"]
         return finding, host.results["Decisions"]["msg"]["restart_required"], changed, facts

@@ -11,17 +11,14 @@ from gpufleet.runner import run_playbook
 
 pytestmark = pytest.mark.integration
 
-PLAY = """
-- name: Links
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: Resolve
-      gpufleet.tuning.links_info:
-        policy: "{{ policy }}"
-        peer_timeout: 2
-      check_mode: true
+TASKS = """
+- name: Resolve
+  gpufleet.tuning.links_info:
+    policy: "{{ policy }}"
+    peer_timeout: 2
+  check_mode: true
 """
+PLAY = labkit.play("Links", tasks=TASKS)
 
 
 @pytest.fixture

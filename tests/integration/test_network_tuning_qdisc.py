@@ -7,19 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import labkit
 import pytest
-import yaml
 
 from gpufleet.runner import run_playbook
 
 pytestmark = pytest.mark.integration
-PLAY = """
-- name: Tune
-  hosts: all
-  gather_facts: false
-  roles:
-    - role: gpufleet.tuning.network_tuning
-"""
+PLAY = labkit.play("Tune", roles=("network_tuning",))
 PROC = {
     "net/ipv4/tcp_rmem": "4096\t131072\t6291456",
     "net/ipv4/tcp_wmem": "4096\t16384\t4194304",
@@ -52,16 +46,11 @@ def _root(base: Path, kernel: str) -> Path:
 )
 def test_default_qdisc_only_where_needed(tmp_path, kernel, extra, qdisc):
     root = _root(tmp_path / "root", kernel)
-    host = {
-        "ansible_connection": "local",
-        "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-        "gpufleet_policy": LONG,
-        "network_tuning_root": str(root),
-        **extra,
-    }
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"h": host}}}))
-    (tmp_path / "play.yml").write_text(PLAY)
-    res = run_playbook(str(tmp_path / "play.yml"), str(tmp_path / "hosts.yml")).hosts["h"]
+    host = labkit.local_host(
+        "{{ ansible_playbook_python }}", gpufleet_policy=LONG, network_tuning_root=str(root), **extra
+    )
+    inventory = labkit.write_inventory(tmp_path, {"h": host})
+    res = run_playbook(str(labkit.write_play(tmp_path, PLAY)), str(inventory)).hosts["h"]
     assert res.status == "ok", res.message
     text = (root / "etc/sysctl.d/61-gpufleet-network.conf").read_text()
     assert "net.ipv4.tcp_congestion_control = bbr" in text

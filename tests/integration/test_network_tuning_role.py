@@ -17,19 +17,13 @@ POLICY = {
     "network": {"min_mtu": 9000, "interfaces": ["gv0"]},
 }
 
-PLAY = """
-- name: Tune the network
-  hosts: all
-  gather_facts: false
-  roles:
-    - role: gpufleet.tuning.network_tuning
-      when: not (audit_only | default(false))
-  tasks:
-    - name: Audit
-      gpufleet.tuning.audit:
-        policy: "{{ gpufleet_policy }}"
-        gather: [network]
+AUDIT = """
+- name: Audit
+  gpufleet.tuning.audit:
+    policy: "{{ gpufleet_policy }}"
+    gather: [network]
 """
+PLAY = labkit.play("Tune the network", roles=("network_tuning",), tasks=AUDIT, audit_only=True)
 
 
 @pytest.fixture

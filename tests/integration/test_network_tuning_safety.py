@@ -22,22 +22,16 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "inventories" / "example" / "group_vars"
 HOST_KEYS = ("tcp_rmem", "tcp_wmem", "tcp_congestion_control", "tcp_mtu_probing", "tcp_slow_start_after_idle")
 
-PLAY = """
-- name: Tune the network
-  hosts: all
-  gather_facts: false
-  roles:
-    - role: gpufleet.tuning.network_tuning
-      when: not (audit_only | default(false))
-  tasks:
-    - name: Audit with the same policy layers
-      gpufleet.tuning.audit:
-        policy: >-
-          {{ [gpufleet_policy | default({}), gpufleet_policy_group | default({}), gpufleet_policy_host | default({}),
-              gpufleet_policy_overrides | default({})] | gpufleet.tuning.effective_policy }}
-        gather: [network]
-      tags: [always]
+AUDIT = """
+- name: Audit with the same policy layers
+  gpufleet.tuning.audit:
+    policy: >-
+      {{ [gpufleet_policy | default({}), gpufleet_policy_group | default({}), gpufleet_policy_host | default({}),
+          gpufleet_policy_overrides | default({})] | gpufleet.tuning.effective_policy }}
+    gather: [network]
+  tags: [always]
 """
+PLAY = labkit.play("Tune the network", roles=("network_tuning",), tasks=AUDIT, audit_only=True)
 
 
 def sysctl(ns: str, key: str) -> str:

@@ -26,29 +26,26 @@ from gpufleet.runner import run_playbook
 pytestmark = pytest.mark.integration
 TASK = "Set NIC"
 
-PLAY = """
-- name: nic_settings
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: Set NIC
-      gpufleet.tuning.nic_settings:
-        name: "{{ nic }}"
-        mtu: "{{ s.mtu | default(omit) }}"
-        offloads: "{{ s.offloads | default(omit) }}"
-        rings: "{{ s.rings | default(omit) }}"
-        channels: "{{ s.channels | default(omit) }}"
-        persist_method: "{{ s.persist_method | default('udev') }}"
-        link_dir: "{{ out }}/network"
-        link_search_dirs: "{{ search if s.persist_method | default('') == 'link' else omit }}"
-        udev_dir: "{{ out }}/udev"
-        strict: "{{ s.strict | default(false) }}"
-        allow_uplink: "{{ s.allow_uplink | default(omit) }}"
-        ethtool_path: "{{ s.ethtool_path | default(omit) }}"
-      environment: "{{ s.environment | default({}) }}"
-      check_mode: "{{ check | default(false) }}"
-      diff: true
+TASKS = """
+- name: Set NIC
+  gpufleet.tuning.nic_settings:
+    name: "{{ nic }}"
+    mtu: "{{ s.mtu | default(omit) }}"
+    offloads: "{{ s.offloads | default(omit) }}"
+    rings: "{{ s.rings | default(omit) }}"
+    channels: "{{ s.channels | default(omit) }}"
+    persist_method: "{{ s.persist_method | default('udev') }}"
+    link_dir: "{{ out }}/network"
+    link_search_dirs: "{{ search if s.persist_method | default('') == 'link' else omit }}"
+    udev_dir: "{{ out }}/udev"
+    strict: "{{ s.strict | default(false) }}"
+    allow_uplink: "{{ s.allow_uplink | default(omit) }}"
+    ethtool_path: "{{ s.ethtool_path | default(omit) }}"
+  environment: "{{ s.environment | default({}) }}"
+  check_mode: "{{ check | default(false) }}"
+  diff: true
 """
+PLAY = labkit.play("nic_settings", tasks=TASKS)
 
 
 @pytest.fixture

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
+import labkit
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -38,24 +37,7 @@ def _module(
         # No state file: NVML answers DriverNotLoaded, as on a host whose driver is not loaded.
         "FAKE_NVML_STATE": str(state or tmp_path / "absent.state"),
     }
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible"),
-            "localhost",
-            "-c",
-            "local",
-            "-e",
-            "ansible_python_interpreter=" + sys.executable,
-            *options,
-            "-m",
-            "gpufleet.tuning." + name,
-            "-a",
-            json.dumps(args),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    proc = labkit.on_localhost("ansible", *options, "-m", "gpufleet.tuning." + name, "-a", json.dumps(args), env=env)
     out = json.loads(proc.stdout)
     result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
     assert (proc.returncode == 0) is ok, result
@@ -89,17 +71,14 @@ def _root(tmp_path: Path, secure_boot: bool | None = None, holder: tuple[int, st
     return root
 
 
+# The change the A100 host is asked about: driver 535 installed, branch 550's package as the target.
+UPGRADE_535_TO_550 = {"branch": 550, "installed_version": "535.183.01-1", "target_version": "550.90.07-1"}
+
+
 def test_busy_gpus_block_the_change(tmp_path, sim_lib, profiles):
     state = _state(tmp_path, profiles, "a100", "535", {"gpu.1.processes": "4242:1073741824"})
     _root(tmp_path, holder=(4242, "python3"))
-    r = _preflight(
-        tmp_path,
-        sim_lib,
-        state,
-        branch=550,
-        installed_version="535.183.01-1",
-        target_version="550.90.07-1",
-    )
+    r = _preflight(tmp_path, sim_lib, state, **UPGRADE_535_TO_550)
     assert r["changed"] is False
     assert r["loaded"]["version"] == "535.183.01" and r["loaded"]["source"] == "pynvml"
     assert r["plan"]["action"] == "blocked"
@@ -125,15 +104,7 @@ def test_idle_gpus_reload_and_hopper_gets_open_modules_on_570(tmp_path, sim_lib,
 def test_secure_boot_without_an_enrolled_key_refuses_the_reboot(tmp_path, sim_lib, profiles):
     state = _state(tmp_path, profiles, "a100", "535", {"gpu.0.processes": "77:1073741824"})
     _root(tmp_path, secure_boot=True)
-    r = _preflight(
-        tmp_path,
-        sim_lib,
-        state,
-        branch=550,
-        installed_version="535.183.01-1",
-        target_version="550.90.07-1",
-        reboot_ok=True,
-    )
+    r = _preflight(tmp_path, sim_lib, state, **UPGRADE_535_TO_550, reboot_ok=True)
     assert r["secure_boot"]["enabled"] is True and r["secure_boot"]["ok"] is False
     assert r["plan"]["action"] == "blocked"
     assert "mokutil --import" in r["plan"]["blockers"][0]
@@ -165,25 +136,16 @@ def test_proprietary_on_blackwell_is_refused(tmp_path, sim_lib):
 
 def test_bad_branch_is_a_clear_error(tmp_path, sim_lib):
     _root(tmp_path)
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible"),
-            "localhost",
-            "-c",
-            "local",
-            "-e",
-            "ansible_python_interpreter=" + sys.executable,
-            "-m",
-            "gpufleet.tuning.nvidia_driver_preflight",
-            "-a",
-            json.dumps({"root": str(tmp_path / "root"), "branch": "fivefifty"}),
-        ],
-        env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"), "ANSIBLE_NOCOLOR": "1"},
-        capture_output=True,
-        text=True,
+    r = _module(
+        tmp_path,
+        sim_lib,
+        None,
+        "nvidia_driver_preflight",
+        {"root": str(tmp_path / "root"), "branch": "fivefifty"},
+        ok=False,
     )
-    assert proc.returncode != 0
-    assert "branch" in proc.stdout and "Traceback" not in proc.stdout
+    assert r["failed"] is True and "branch" in r["msg"]
+    assert "Traceback" not in json.dumps(r)
 
 
 def test_reload_check_mode_predicts_the_new_module(tmp_path, sim_lib, profiles):

@@ -13,9 +13,9 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import labkit
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,23 +111,7 @@ def _role(tmp_path: Path, apt, **extra) -> dict:
     play.write_text(PLAY.format(role=ROLE, apt_config=apt.config, pref=apt.pref, out=out))
     extra.setdefault("nvidia_driver_branch", "550")
     env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"), "ANSIBLE_NOCOLOR": "1"}
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            "ansible_python_interpreter=" + sys.executable,
-            "-e",
-            json.dumps(extra),
-            str(play),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    proc = labkit.on_localhost("ansible-playbook", "-e", json.dumps(extra), str(play), env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     return json.loads(out.read_text())
 

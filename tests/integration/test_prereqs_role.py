@@ -6,24 +6,15 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import labkit
 import pytest
-import yaml
-
-from gpufleet.runner import run_playbook
 
 pytestmark = pytest.mark.integration
 SYSTEM_PYTHON = "/usr/bin/python3"
 
-PLAY = """
-- name: Prereqs, then a gpufleet module
-  hosts: all
-  gather_facts: false
-  roles:
-    - role: gpufleet.tuning.prereqs
-  tasks:
-    - name: Read GPUs
-      gpufleet.tuning.gpu_info:
-"""
+PLAY = labkit.play(
+    "Prereqs, then a gpufleet module", roles=("prereqs",), tasks="- name: Read GPUs\n  gpufleet.tuning.gpu_info:\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,45 +26,25 @@ def system_python_without_pynvml():
     return SYSTEM_PYTHON
 
 
-ROLE_ONLY = """
-- name: Prereqs
-  hosts: all
-  gather_facts: false
-  roles:
-    - role: gpufleet.tuning.prereqs
-"""
+ROLE_ONLY = labkit.play("Prereqs", roles=("prereqs",))
 
 
 CONTROLLER_TASKS = {"Download the wheel on the controller", "Unpack the wheel on the controller"}
 
 
 def _inventory(tmp_path: Path, python: str) -> Path:
-    inv = {
-        "all": {
-            "hosts": {
-                "t1": {
-                    "ansible_connection": "local",
-                    "ansible_python_interpreter": python,
-                    "prereqs_python": python,
-                    "prereqs_venv": str(tmp_path / "venv"),
-                    "prereqs_controller_cache": str(tmp_path / "cache"),
-                }
-            }
-        }
-    }
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
-    return tmp_path / "hosts.yml"
+    host = labkit.local_host(
+        python,
+        prereqs_python=python,
+        prereqs_venv=str(tmp_path / "venv"),
+        prereqs_controller_cache=str(tmp_path / "cache"),
+    )
+    return labkit.write_inventory(tmp_path, {"t1": host})
 
 
 def _run(play: Path, inventory: Path, check: bool = False):
-    events = []
-    result = run_playbook(str(play), str(inventory), on_event=events.append, check=check, diff=True)
-    changed = [
-        (e["event_data"]["task"], (e["event_data"].get("res") or {}).get("diff"))
-        for e in events
-        if e.get("event") == "runner_on_ok" and (e["event_data"].get("res") or {}).get("changed")
-    ]
-    return result, changed
+    result, changed = labkit.run(play, inventory, check=check, diff=True)
+    return result, [(d["task"], d["res"].get("diff")) for d in changed]
 
 
 def test_prereqs_installs_offline_and_is_idempotent(system_python_without_pynvml, tmp_path):

@@ -13,20 +13,17 @@ from gpufleet.runner import run_playbook
 pytestmark = pytest.mark.integration
 TASK = "Set sysctls"
 
-PLAY = """
-- name: sysctl_settings
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: Set sysctls
-      gpufleet.tuning.sysctl_settings:
-        settings: "{{ settings }}"
-        file: "{{ file }}"
-        root: "{{ root | default('/') }}"
-        at_least: "{{ at_least | default([]) }}"
-      check_mode: "{{ check | default(false) }}"
-      diff: true
+TASKS = """
+- name: Set sysctls
+  gpufleet.tuning.sysctl_settings:
+    settings: "{{ settings }}"
+    file: "{{ file }}"
+    root: "{{ root | default('/') }}"
+    at_least: "{{ at_least | default([]) }}"
+  check_mode: "{{ check | default(false) }}"
+  diff: true
 """
+PLAY = labkit.play("sysctl_settings", tasks=TASKS)
 
 SETTINGS = {"vm.swappiness": 10, "kernel.numa_balancing": 0, "net.ipv4.tcp_rmem": [4096, 131072, 268435456]}
 
