@@ -47,6 +47,22 @@ def build(tmp: Path) -> Path:
     return fleet
 
 
+def demo_inventory(tmp: Path, sim_lib: Path) -> Path:
+    """The demo fleet built under ``tmp/fleet`` and a copy of inventories/demo at ``tmp/inventory`` pointed at it
+    (its local-connection part, group_vars/all/local.yml: the hosts' directory, the stand-in ethtool, the
+    simulated NVML library ``sim_lib``); the inventory's directory."""
+    build(tmp)
+    inv = tmp / "inventory"
+    shutil.copytree(REPO / "inventories" / "demo", inv)
+    local = inv / "group_vars" / "all" / "local.yml"
+    gv = yaml.safe_load(local.read_text())
+    gv["gpufleet_demo_dir"] = str(tmp / "fleet")
+    gv["gpufleet_ethtool_path"] = str(REPO / "tests/fixtures/ethtool/fake-ethtool")
+    gv["gpufleet_environment"]["LD_LIBRARY_PATH"] = str(sim_lib.parent)
+    local.write_text(yaml.safe_dump(gv))
+    return inv
+
+
 def clone(fleet: Path, source: str, name: str) -> None:
     """A new simulated host ``name`` with the files of demo host ``source``."""
     shutil.copytree(fleet / source, fleet / name, symlinks=True)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import labkit
 import pytest
 import yaml
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 
 def gpufleet(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpufleet.cli", *args], capture_output=True, text=True, timeout=300)
+    return labkit.gpufleet(*args, timeout=300)
 
 
 @pytest.fixture(scope="module")

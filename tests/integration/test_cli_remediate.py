@@ -4,16 +4,14 @@ before/after report says what was fixed, what needs a person and what needs a re
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+import labkit
 import pytest
-import yaml
+import simfleet
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "sim"))
@@ -22,47 +20,26 @@ import demo  # noqa: E402
 pytestmark = pytest.mark.integration
 
 
-def gpufleet(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpufleet.cli", *args], capture_output=True, text=True, timeout=600)
-
-
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(path.rglob("*")):
-        if p.is_file() and not p.is_symlink():
-            h.update(str(p).encode() + p.read_bytes())
-    return h.hexdigest()
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory, sim_lib):
     tmp = tmp_path_factory.mktemp("remediate")
-    demo.build(tmp / "fleet")
-    inv = tmp / "inventory"
-    shutil.copytree(REPO / "inventories" / "demo", inv)
-    local = inv / "group_vars" / "all" / "local.yml"  # the local-connection part of the demo inventory
-    gv = yaml.safe_load(local.read_text())
-    gv["gpufleet_demo_dir"] = str(tmp / "fleet")
-    gv["gpufleet_ethtool_path"] = str(REPO / "tests/fixtures/ethtool/fake-ethtool")
-    gv["gpufleet_environment"]["LD_LIBRARY_PATH"] = str(sim_lib.parent)
-    local.write_text(yaml.safe_dump(gv))
-    return tmp, inv / "hosts.yml"
+    return tmp, simfleet.demo_inventory(tmp, sim_lib) / "hosts.yml"
 
 
 def test_check_then_remediate_then_rollback(fleet):
     tmp, inventory = fleet
     limit = "sg-a100-01,iad-h100-01,sg-h100-02,sg-l40s-03,fra-a100-02"
-    before = _digest(tmp / "fleet")
-    proc = gpufleet("remediate", "-i", str(inventory), "--limit", limit, "--check", "--out", str(tmp / "r"))
+    before = labkit.digest(tmp / "fleet")
+    proc = labkit.gpufleet("remediate", "-i", str(inventory), "--limit", limit, "--check", "--out", str(tmp / "r"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _digest(tmp / "fleet") == before, "--check changed the simulated hosts"
+    assert labkit.digest(tmp / "fleet") == before, "--check changed the simulated hosts"
     [check] = list((tmp / "r").glob("remediation-*/remediation.json"))
     summary = json.loads(check.read_text())
     assert summary["check"] is True
     assert "GPU-PWR-001" in summary["hosts"]["sg-a100-01"]["would_fix"]
     assert "GPU-MEM-001" in summary["hosts"]["sg-a100-01"]["manual"]
 
-    proc = gpufleet("remediate", "-i", str(inventory), "--limit", limit, "--out", str(tmp / "r2"))
+    proc = labkit.gpufleet("remediate", "-i", str(inventory), "--limit", limit, "--out", str(tmp / "r2"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [path] = list((tmp / "r2").glob("remediation-*/remediation.json"))
     summary = json.loads(path.read_text())
@@ -89,10 +66,10 @@ def test_check_then_remediate_then_rollback(fleet):
     assert "gpufleet: remediating: role host_tuning" in proc.stderr
     assert "sg-a100-01: changed: " in proc.stderr
 
-    proc = gpufleet("rollback", "-i", str(inventory), "--limit", limit, "--run", summary["run_id"])
+    proc = labkit.gpufleet("rollback", "-i", str(inventory), "--limit", limit, "--run", summary["run_id"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "restored" in proc.stdout
-    proc = gpufleet("audit", "-i", str(inventory), "--limit", limit, "--out", str(tmp / "again"))
+    proc = labkit.gpufleet("audit", "-i", str(inventory), "--limit", limit, "--out", str(tmp / "again"))
     report = json.loads((tmp / "again" / "latest" / "report.json").read_text())
     failing = {n: sorted(f["rule"] for f in h["findings"] if f["status"] == "fail") for n, h in report["hosts"].items()}
     assert failing == {n: demo.EXPECTED[n] for n in limit.split(",")}

@@ -8,37 +8,22 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import labkit
 import pytest
+import simfleet
 import yaml
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "sim"))
-import demo  # noqa: E402
 
 pytestmark = pytest.mark.integration
 HOST = "sg-l40s-03"  # stock TCP settings: fails NET-TCP-001..004 before
 FACTOR = 8.0  # --policy: 8 x the largest bandwidth-delay product (220 ms x 1 Gbit/s) = 220000000 bytes
 
 
-def gpufleet(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpufleet.cli", *args], capture_output=True, text=True, timeout=600)
-
-
 @pytest.fixture(scope="module")
 def example_layout(tmp_path_factory, sim_lib):
     tmp = tmp_path_factory.mktemp("remediate-policy")
-    demo.build(tmp / "fleet")
-    inv = tmp / "inventory"
-    shutil.copytree(REPO / "inventories" / "demo", inv)
-    local = inv / "group_vars" / "all" / "local.yml"
-    gv = yaml.safe_load(local.read_text())
-    gv["gpufleet_demo_dir"] = str(tmp / "fleet")
-    gv["gpufleet_ethtool_path"] = str(REPO / "tests/fixtures/ethtool/fake-ethtool")
-    gv["gpufleet_environment"]["LD_LIBRARY_PATH"] = str(sim_lib.parent)
-    local.write_text(yaml.safe_dump(gv))
+    inv = simfleet.demo_inventory(tmp, sim_lib)
     # As inventories/example: no site in the fleet-wide policy, one per region in gpufleet_policy_group.
     fleet = inv / "group_vars" / "all" / "fleet.yml"
     fv = yaml.safe_load(fleet.read_text())
@@ -53,7 +38,7 @@ def example_layout(tmp_path_factory, sim_lib):
 
 def remediate(inventory: Path, policy: Path, out: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
     """`gpufleet remediate` on HOST with the --policy file; the run's directory."""
-    proc = gpufleet(
+    proc = labkit.gpufleet(
         "remediate", "-i", str(inventory), "--limit", HOST, "--policy", str(policy), "--out", str(out), *args
     )
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
