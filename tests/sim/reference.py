@@ -118,6 +118,20 @@ ETHTOOL_README = "tests/fixtures/ethtool/<driver>/README.md (each recording's so
 
 # --------------------------------------------------------------------------------------------------- the hosts
 
+# Ubuntu 22.04 as its images ship it (UBUNTU_DEFAULTS, KERNEL_NUMA_BALANCING): the kernel's swappiness, THP madvise,
+# automatic NUMA balancing on (2 nodes), no memlock line in limits.d, so processes get the kernel's 8 MiB. A host
+# entry lists what its image changes after these.
+UBUNTU_2204: dict[str, Any] = {
+    "swappiness": 60,
+    "thp_enabled": "madvise",
+    "thp_defrag": "madvise",
+    "numa_balancing": 1,
+    "memlock_kb": None,
+    "process_memlock_kb": 8192,
+    "os": "ubuntu22.04",
+}
+
+
 # Each entry: gpu (profile, count, driver, NVML bus ids, NUMA node of each GPU, PCI device id, kernel module flavour),
 # host (mkroot overrides), nics (netroot NIC specs + "ethtool": recording under tests/fixtures/ethtool, "master":
 # the synthetic NIC a VF is enslaved to), infiniband (netroot ports), nvswitches (PCI addresses), fabricmanager,
@@ -155,13 +169,7 @@ HOSTS: dict[str, dict[str, Any]] = {
             "mem_total_mib": 2048 * GIB_MIB,
             "mem_available_mib": 1900 * GIB_MIB,
             "swap_total_mib": 0,
-            "swappiness": 60,
-            "thp_enabled": "madvise",
-            "thp_defrag": "madvise",
-            "numa_balancing": 1,
-            "memlock_kb": None,
-            "process_memlock_kb": 8192,
-            "os": "ubuntu22.04",
+            **UBUNTU_2204,
             # Docker and the NVIDIA container toolkit come with the DLAMI; upstream units set no LimitMEMLOCK, so the
             # daemons run with the kernel's default (8 MiB since Linux 5.16).
             "job_services": [mkroot.job_service("containerd.service"), mkroot.job_service("docker.service")],
@@ -237,13 +245,7 @@ HOSTS: dict[str, dict[str, Any]] = {
             "mem_total_mib": 1872 * GIB_MIB,
             "mem_available_mib": 1780 * GIB_MIB,
             "swap_total_mib": 0,
-            "swappiness": 60,
-            "thp_enabled": "madvise",
-            "thp_defrag": "madvise",
-            "numa_balancing": 1,
-            "memlock_kb": None,
-            "process_memlock_kb": 8192,
-            "os": "ubuntu22.04",
+            **UBUNTU_2204,
             "kernel_release": "6.8.0-1015-gcp",
             "kernel_version": "#17~22.04.1-Ubuntu SMP Tue Sep 10 17:27:37 UTC 2024",
         },
@@ -341,14 +343,8 @@ HOSTS: dict[str, dict[str, Any]] = {
             "mem_total_mib": 1915071,
             "mem_available_mib": 1850000,
             "swap_total_mib": 0,
-            "swappiness": 60,
-            "thp_enabled": "madvise",
-            "thp_defrag": "madvise",
-            "numa_balancing": 1,
+            **UBUNTU_2204,
             "zone_reclaim_mode": 1,
-            "memlock_kb": None,
-            "process_memlock_kb": 8192,
-            "os": "ubuntu22.04",
             # azhpc-images installs moby (docker) and enables it; no LimitMEMLOCK in its units, so the daemons run
             # with the 5.15 kernel's default of 64 KiB.
             "job_services": [
@@ -451,16 +447,11 @@ HOSTS: dict[str, dict[str, Any]] = {
             "mem_total_mib": 2048 * GIB_MIB,
             "mem_available_mib": 1950000,
             "swap_total_mib": 0,
-            "swappiness": 60,
-            "thp_enabled": "madvise",
-            "thp_defrag": "madvise",
-            "numa_balancing": 0,
-            "memlock_kb": None,
-            "process_memlock_kb": 8192,
+            **UBUNTU_2204,
+            "numa_balancing": 0,  # DGX OS: nvidia-disable-numa-balancing
             # An HGX node in a cluster runs its jobs under the scheduler: slurmd from Slurm's own unit, which sets
             # LimitMEMLOCK=infinity (etc/slurmd.service.in), so jobs inherit an unlimited memlock limit.
             "job_services": [mkroot.job_service("slurmd.service", "infinity")],
-            "os": "ubuntu22.04",
             "kernel_release": "5.15.0-1042-nvidia",
             "kernel_version": "#42-Ubuntu SMP Wed Nov 15 20:28:30 UTC 2023",
         },
@@ -528,13 +519,7 @@ HOSTS: dict[str, dict[str, Any]] = {
             # The Ubuntu server installer creates /swap.img (curtin: at most 8 GiB).
             "swap_total_mib": 8192,
             "swap_used_mib": 0,
-            "swappiness": 60,
-            "thp_enabled": "madvise",
-            "thp_defrag": "madvise",
-            "numa_balancing": 1,
-            "memlock_kb": None,
-            "process_memlock_kb": 8192,
-            "os": "ubuntu22.04",
+            **UBUNTU_2204,
             "kernel_release": "5.15.0-125-generic",
             "kernel_version": "#135-Ubuntu SMP Fri Sep 27 13:53:58 UTC 2024",
         },
