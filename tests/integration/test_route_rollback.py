@@ -11,13 +11,13 @@ import json
 import sys
 from pathlib import Path
 
+import labkit
 import pytest
-import yaml
 
 from gpufleet.runner import run_playbook
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_network_tuning_safety import Host, host_sysctls, netns, ns_exec  # noqa: E402, F401
+from test_network_tuning_safety import Host, host_sysctls, netns  # noqa: E402, F401
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -42,8 +42,8 @@ PLAY = """
 
 
 def routes(ns: str) -> list:
-    return json.loads(ns_exec(ns, "ip", "-j", "-4", "route", "show")) + json.loads(
-        ns_exec(ns, "ip", "-j", "-6", "route", "show")
+    return json.loads(labkit.ns_exec(ns, "ip", "-j", "-4", "route", "show")) + json.loads(
+        labkit.ns_exec(ns, "ip", "-j", "-6", "route", "show")
     )
 
 
@@ -57,7 +57,9 @@ def rollback(host: Host, check: bool = False) -> dict:
 def test_rollback_restores_routes_unit_and_link(tmp_path, netns, own_route):  # noqa: F811 (fixture)
     if own_route:
         # A route of its own with attributes a replace must keep and a rollback must bring back.
-        ns_exec(netns, "ip", "route", "add", PREFIX, "via", "10.9.0.1", "dev", "mg0", "proto", "static", "mtu", "1400")
+        labkit.ns_exec(
+            netns, "ip", "route", "add", PREFIX, "via", "10.9.0.1", "dev", "mg0", "proto", "static", "mtu", "1400"
+        )
     host = Host(
         tmp_path,
         netns,
@@ -68,12 +70,11 @@ def test_rollback_restores_routes_unit_and_link(tmp_path, netns, own_route):  # 
             "gpufleet_lock_path": str(tmp_path / "run/remediation.lock"),
         },
     )
-    (tmp_path / "play.yml").write_text(PLAY)
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"ns": host.vars}}}))
+    play, inventory = labkit.write_play(tmp_path, PLAY), labkit.write_inventory(tmp_path, {"ns": host.vars})
     before = routes(netns)
-    res = run_playbook(str(tmp_path / "play.yml"), str(tmp_path / "hosts.yml"))
+    res = run_playbook(str(play), str(inventory))
     assert res.hosts["ns"].status == "ok", res.hosts["ns"].message
-    exact = json.loads(ns_exec(netns, "ip", "-j", "route", "show", "exact", PREFIX))
+    exact = json.loads(labkit.ns_exec(netns, "ip", "-j", "route", "show", "exact", PREFIX))
     assert exact and exact[0]["metrics"][-1].get("congestion") == "bbr", exact
     if own_route:  # the replace kept the route's protocol and MTU
         assert exact[0]["protocol"] == "static" and exact[0]["metrics"][0].get("mtu") == 1400, exact
