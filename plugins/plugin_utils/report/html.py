@@ -23,6 +23,7 @@ from markupsafe import Markup
 
 from . import schema
 from .devices import failing_devices, focus, others_text
+from .topology import html_view as topology_view
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "report.html.j2"
@@ -235,6 +236,7 @@ def _host_view(index: int, name: str, host: Any, catalog: dict[str, dict]) -> di
         "gpus": _gpu_summary(gpu),
         "driver": _text((gpu.get("driver") or {}).get("version") if isinstance(gpu.get("driver"), dict) else None),
         "links": _links_view(host.get("links")),
+        "topology": topology_view(facts.get("topology")),  # issue 17: when the audit gathered it
         "cells": cells,
         "worst": worst or "",
         "findings": shown,

@@ -1,0 +1,249 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache-2.0
+"""Views of a host's GPU topology (the ``topology`` facts of module_utils/topology.py, module gpu_topology): the
+matrix as ``nvidia-smi topo -m`` lays it out, its legend, the bindings per GPU, and the Slurm ``gres.conf`` fragment
+of a group of hosts. Pure functions of the facts: no host is read here.
+
+Every value comes from a host, so the text views escape control characters (terminal.clean) and the gres.conf
+fragment takes only lines of the shape it expects (one ``Name=gpu ... File=...`` line, no newline, no ``#``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .terminal import clean
+
+# The connection categories of `nvidia-smi topo -m`, nearest first, with what each means (its "Legend" block,
+# in our words). NV# is an NVLink count (NV18: 18 links to that GPU).
+CATEGORIES = (
+    ("X", "self"),
+    ("NV#", "NVLink: a bonded set of # links"),
+    ("PIX", "PCIe, at most one PCIe bridge (the same switch)"),
+    ("PXB", "PCIe, several bridges without the host bridge (across switches)"),
+    ("PHB", "PCIe through a PCIe host bridge (the same root complex, typically the CPU)"),
+    ("NODE", "PCIe and the link between host bridges inside one NUMA node"),
+    ("SYS", "PCIe and the SMP interconnect between NUMA nodes (QPI/UPI, xGMI)"),
+)
+_CSS = {"X": "self", "PIX": "pix", "PXB": "pxb", "PHB": "phb", "NODE": "node", "SYS": "sys"}
+_NVLINK = re.compile(r"^NV\d+$")
+
+# gres.conf(5), https://slurm.schedmd.com/gres.conf.html: NodeName lets one gres.conf serve every node (a node
+# takes the lines that name it); Links= requires a line with a single File; Cores= holds Slurm's core indexes
+# (Core L# of `lstopo -l`: the first core of the first socket is 0), not the OS's CPU ids, which differ when SMT is
+# on - module_utils/topology.py computes them, this module only places the lines.
+_GRES_LINE = re.compile(r"^Name=gpu( [A-Za-z]+=[^\s#=]+)+$")
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class GresError(ValueError):
+    """A host whose name or gres lines cannot go into a gres.conf as they are."""
+
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def category_class(value: Any) -> str:
+    """The CSS class of a matrix cell: ``nv`` for NVLink, else the category's name in lower case (``other``)."""
+    text = str(value)
+    if _NVLINK.match(text):
+        return "nv"
+    return _CSS.get(text, "other")
+
+
+def _gpu_sort_key(name: str) -> tuple:
+    m = re.match(r"^GPU(\d+)$", name)
+    return (0, int(m.group(1)), "") if m else (1, 0, name)
+
+
+def matrix_table(topo: Any) -> dict[str, Any]:
+    """The matrix as rows and columns: ``{"columns": [...], "rows": [{"name", "cells": [...], "cpus", "numa"}]}``.
+    GPU rows first (by index), then the other devices the facts list; columns in the same order, then any device
+    that appears only as a column. ``cpus``/``numa`` are a GPU's CPU and NUMA affinity (empty for a NIC)."""
+    topo = _dict(topo)
+    matrix = _dict(topo.get("matrix"))
+    names = sorted((str(n) for n in matrix), key=_gpu_sort_key)
+    columns = list(names)
+    for row in matrix.values():
+        for col in _dict(row):
+            if str(col) not in columns:
+                columns.append(str(col))
+    gpus = {f"GPU{g.get('index')}": g for g in _list(topo.get("gpus")) if isinstance(g, dict)}
+    rows = []
+    for name in names:
+        row = {str(k): v for k, v in _dict(matrix.get(name)).items()}
+        gpu = gpus.get(name, {})
+        numa = gpu.get("numa_node")
+        rows.append(
+            {
+                "name": name,
+                "cells": [str(row[c]) if c in row and row[c] is not None else "" for c in columns],
+                "cpus": str(gpu.get("local_cpus") or ""),
+                "numa": "" if numa is None or numa == -1 else str(numa),
+            }
+        )
+    return {"columns": columns, "rows": rows}
+
+
+def flat_note(topo: Any) -> str:
+    """What to say when the PCIe tree is flattened (a VM): the categories come from NUMA alone."""
+    topo = _dict(topo)
+    if not topo.get("flat"):
+        return ""
+    reason = topo.get("flat_reason") or "no PCIe switch above the GPUs and NICs"
+    return (
+        f"PCIe tree flattened ({reason}): this is what a virtual machine shows; the categories below come from the "
+        "NUMA nodes (NODE/SYS), the real PCIe distances are not visible."
+    )
+
+
+def render_matrix(topo: Any) -> str:
+    """The matrix as text, laid out as ``nvidia-smi topo -m`` (rows GPUs then NICs, then CPU and NUMA affinity)."""
+    table = matrix_table(topo)
+    if not table["rows"]:
+        return "(no matrix: no GPU found)"
+    headers = [clean(c) for c in table["columns"]] + ["CPU Affinity", "NUMA Affinity"]
+    body = [
+        [clean(r["name"])] + [clean(c) for c in r["cells"]] + [clean(r["cpus"]), clean(r["numa"])]
+        for r in table["rows"]
+    ]
+    first = max(len(r[0]) for r in body)
+    widths = [max([len(h)] + [len(r[i + 1]) for r in body]) for i, h in enumerate(headers)]
+    lines = [" " * first + "  " + "  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    for r in body:
+        lines.append(r[0].ljust(first) + "  " + "  ".join(v.ljust(w) for v, w in zip(r[1:], widths)).rstrip())
+    return "\n".join(lines)
+
+
+def render_legend() -> str:
+    return "Legend:\n" + "\n".join(f"  {code:<4} = {meaning}" for code, meaning in CATEGORIES)
+
+
+def bindings_view(topo: Any) -> list[dict[str, str]]:
+    """Per GPU: its CPUs (physical cores, their SMT siblings), NUMA node, the numactl and taskset lines, and the NICs
+    nearest first (the first is the one to use: NCCL_IB_HCA order, a rank-to-NIC map)."""
+    topo = _dict(topo)
+    gpus = {g.get("index"): g for g in _list(topo.get("gpus")) if isinstance(g, dict)}
+    out = []
+    for b in _list(topo.get("bindings")):
+        if not isinstance(b, dict):
+            continue
+        gpu = _dict(gpus.get(b.get("gpu")))
+        nics = [str(n) for n in _list(b.get("nics"))]
+        nic = b.get("nic") or (nics[0] if nics else "")
+        numa = gpu.get("numa_node")
+        out.append(
+            {
+                "gpu": f"GPU{b.get('gpu')}",
+                "bus_id": str(gpu.get("bus_id") or ""),
+                "numa": "" if numa is None or numa == -1 else str(numa),
+                "cpus": str(b.get("cpus") or ""),
+                "cores": str(gpu.get("cores") or ""),
+                "siblings": str(gpu.get("siblings") or ""),
+                "numactl": str(b.get("numactl") or ""),
+                "taskset": str(b.get("taskset") or ""),
+                "nic": str(nic or ""),
+                "others": ", ".join(n for n in nics if n != nic),
+            }
+        )
+    return out
+
+
+def render_bindings(topo: Any) -> str:
+    rows = bindings_view(topo)
+    if not rows:
+        return "Bindings: none (no GPU found)"
+    lines = ["Bindings (paste into a job script; NIC: nearest first, for NCCL_IB_HCA or a rank-to-NIC map):"]
+    for b in rows:
+        where = f"NUMA {b['numa']}" if b["numa"] else "NUMA unknown"
+        cpus = f"cores {b['cores']}" if b["cores"] else f"CPUs {b['cpus'] or 'unknown'}"
+        if b["cores"] and b["siblings"]:
+            cpus += f" + SMT siblings {b['siblings']}"
+        nic = f"NIC {b['nic']}" + (f" (then {b['others']})" if b["others"] else "") if b["nic"] else "no NIC"
+        lines.append(clean(f"  {b['gpu']} {b['bus_id']}  {where}  {cpus}  {nic}"))
+        for cmd in (b["numactl"], b["taskset"]):
+            if cmd:
+                lines.append("      " + clean(cmd))
+    return "\n".join(lines)
+
+
+def html_view(topo: Any) -> dict[str, Any] | None:
+    """What the HTML report shows of a host's topology (None when the report has none): the matrix with a CSS class
+    per cell, the legend, the flattened-tree note and the bindings. Strings only; the template escapes them."""
+    if not isinstance(topo, dict):
+        return None
+    table = matrix_table(topo)
+    return {
+        "available": bool(topo.get("available")),
+        "error": str(topo.get("error") or ""),
+        "flat": flat_note(topo),
+        "columns": table["columns"],
+        "rows": [
+            {**r, "cells": [{"text": c, "css": category_class(c) if c else "none"} for c in r["cells"]]}
+            for r in table["rows"]
+        ],
+        "legend": [
+            {"code": code, "meaning": meaning, "css": category_class(code if code != "NV#" else "NV1")}
+            for code, meaning in CATEGORIES
+        ],
+        "bindings": bindings_view(topo),
+    }
+
+
+def render_host(name: str, host: Any) -> str:
+    """One host's section: heading, then the matrix, legend and bindings, or why there are none. ``host`` is
+    ``{"status", "message", "topology"}`` (the CLI's result per host)."""
+    host = _dict(host)
+    head = f"== {clean(name)} =="
+    if host.get("status", "ok") != "ok":
+        return f"{head}\n{clean(host.get('status'))}: {clean(host.get('message') or 'no message')}"
+    topo = _dict(host.get("topology"))
+    if not topo.get("available"):
+        return f"{head}\ntopology unavailable: {clean(topo.get('error') or 'no topology returned')}"
+    parts = [head]
+    note = flat_note(topo)
+    if note:
+        parts.append("NOTE: " + clean(note))
+    parts += [render_matrix(topo), "", render_legend(), "", render_bindings(topo)]
+    return "\n".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------ gres.conf
+
+
+def gres_lines(name: str, topo: Any) -> list[str]:
+    """The host's gres.conf lines, each with ``NodeName=<name>`` first. Raises GresError when the host's name is
+    not a Slurm node name or a line is not one ``Name=gpu ...`` line of key=value fields."""
+    if not _NODE_NAME.match(str(name)):
+        raise GresError(f"{name!r}: not a node name gres.conf can carry (letters, digits, '.', '_', '-')")
+    lines = []
+    for line in _list(_dict(topo).get("gres")):
+        if not isinstance(line, str) or not _GRES_LINE.match(line):
+            raise GresError(f"{name}: unexpected gres line {clean(line)!r} (expected 'Name=gpu Key=value ...')")
+        lines.append(f"NodeName={name} {line}")
+    return lines
+
+
+def gres_fragment(hosts: dict[str, Any], generated: str = "") -> str:
+    """The gres.conf fragment of ``hosts`` (name -> topology facts), hosts by name, one line per GPU. Hosts without
+    GPUs or without topology are named in a comment, not left out silently."""
+    out = [
+        "# gres.conf fragment written by gpufleet topology" + (f" ({generated})" if generated else ""),
+        "# One line per GPU (Links= needs a single File per line). Cores= are Slurm's core indexes; see gres.conf(5).",
+    ]
+    for name in sorted(hosts):
+        topo = _dict(hosts[name])
+        lines = gres_lines(name, topo) if topo.get("available") else []
+        if lines:
+            out.extend(lines)
+        else:
+            reason = "no GPU" if topo.get("available") else clean(topo.get("error") or "no topology")
+            out.append(f"# {clean(name)}: no lines ({reason})")
+    return "\n".join(out) + "\n"

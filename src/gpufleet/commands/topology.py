@@ -1,0 +1,128 @@
+"""`gpufleet topology`: run playbooks/topology.yml (read-only) and print, per host, where each GPU sits (the matrix
+of `nvidia-smi topo -m`, from sysfs and NVML) and the bindings to use; `--gres` writes the Slurm gres.conf
+fragment of the hosts, `--json` their topology facts.
+
+A host's answer is the result of the topology module (``TOPOLOGY_ACTION``), found by that module, never by the
+task's display name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from gpufleet import exits, paths, preflight
+from gpufleet.commands import options
+from gpufleet.runner import run_playbook
+
+PLAYBOOK = "topology.yml"
+TOPOLOGY_ACTION = "gpufleet.tuning.gpu_topology"
+GRES_SUFFIX = ".gres.conf"  # one file per host in a --gres directory: <dir>/<host>.gres.conf
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = options.command(
+        sub,
+        "topology",
+        help="show where each GPU sits (CPUs, NICs, NVLink peers) and write gres.conf",
+        description="Read, on every host, the PCIe tree, NUMA nodes and NVLink state (sysfs and NVML, changing "
+        "nothing) and print each host's GPU/NIC matrix in the categories of `nvidia-smi topo -m`, with the bindings "
+        "per GPU: its cores, a numactl and a taskset line, and the NIC to use. --gres writes the Slurm gres.conf "
+        "lines of the hosts (one file, or one file per host in a directory).",
+        examples="""
+  gpufleet topology -i inventories/prod -l gpu01
+  gpufleet topology -i inventories/prod -l slurm_gpu --gres /etc/slurm/gres.conf.d/gpufleet.conf
+  gpufleet topology -i inventories/prod --gres gres/ --json topology.json   # gres/<host>.gres.conf
+""",
+        exit_codes="0 done, 2 a host was not read (unreachable, failed or no topology), 3 usage error, 130 "
+        "interrupted, 141 the output's reader went away (SIGPIPE)",
+    )
+    options.fleet(parser, policy=False)
+    parser.add_argument(
+        "--gres",
+        metavar="FILE|DIR",
+        help="write the gres.conf fragment: to FILE (every host, NodeName= on each line), or to DIR/<host>"
+        + GRES_SUFFIX
+        + " per host when DIR exists or ends with '/'",
+    )
+    parser.add_argument("--json", metavar="FILE", help="write each host's status and topology facts as JSON")
+    parser.set_defaults(func=run)
+
+
+def collect(result, host_names: list[str]) -> dict[str, dict[str, Any]]:
+    """Per host: ``{"status": ok|failed|unreachable|missing, "message", "topology"}`` from the topology module's
+    results. A host that answered without ``topology.available`` is ok but has no topology (its error says why)."""
+    hosts: dict[str, dict[str, Any]] = {}
+    for name in host_names:
+        host = result.hosts.get(name)
+        res = host.actions.get(TOPOLOGY_ACTION) if host is not None else None
+        if host is None or res is None:
+            hosts[name] = {"status": "missing", "message": "no answer (run interrupted or host skipped)"}
+            continue
+        topo = res.get("topology") if isinstance(res.get("topology"), dict) else None
+        if host.status != "ok" or topo is None:
+            hosts[name] = {
+                "status": host.status if host.status != "ok" else "failed",
+                "message": host.message or "the topology module returned no topology",
+            }
+            continue
+        hosts[name] = {"status": "ok", "message": None, "topology": topo}
+    return hosts
+
+
+def _gres_targets(where: str, hosts: dict[str, dict[str, Any]]) -> dict[Path, dict[str, Any]]:
+    """Path -> the hosts whose lines go there: one file, or one per host under a directory."""
+    path = Path(where)
+    if where.endswith(("/", "\\")) or path.is_dir():
+        return {path / f"{name}{GRES_SUFFIX}": {name: topo} for name, topo in hosts.items()}
+    return {path: hosts}
+
+
+def write_gres(where: str, hosts: dict[str, dict[str, Any]]) -> list[Path]:
+    """Write the fragment(s) atomically (a reader sees the old file or the new one). Every file's text is built
+    before the first is written: a host whose lines cannot go into gres.conf stops the write (GresError)."""
+    from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import topology as view
+
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    texts = {path: view.gres_fragment(group, stamp) for path, group in _gres_targets(where, hosts).items()}
+    for path, text in texts.items():
+        write_atomic(str(path.resolve()), text)
+    return sorted(texts)
+
+
+def run(args: argparse.Namespace) -> int:
+    paths.import_collection()
+    from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import topology as view
+
+    host_names = preflight.inventory_hosts(args.inventory, args.limit, {}, None)
+    print(f"gpufleet: reading the topology of {len(host_names)} host(s)", file=sys.stderr)
+    result = run_playbook(PLAYBOOK, args.inventory, limit=args.limit, quiet=not args.verbose)
+    hosts = collect(result, host_names)
+    for i, name in enumerate(sorted(hosts)):
+        print(("\n" if i else "") + view.render_host(name, hosts[name]))
+    read = {n: h["topology"] for n, h in hosts.items() if h["status"] == "ok"}
+    if args.json:
+        write_atomic(str(Path(args.json).resolve()), json.dumps(hosts, indent=2, sort_keys=True) + "\n")
+        print(f"gpufleet: wrote {args.json}", file=sys.stderr)
+    code = exits.EXIT_OK
+    if args.gres:
+        try:
+            for path in write_gres(args.gres, read):
+                print(f"gpufleet: wrote {path}", file=sys.stderr)
+        except view.GresError as exc:
+            print(f"gpufleet: --gres {args.gres}: {exc}; nothing written", file=sys.stderr)
+            code = exits.EXIT_HOSTS
+    if result.interrupted:
+        print(f"gpufleet: interrupted by {result.interrupted}", file=sys.stderr)
+        return exits.EXIT_INTERRUPTED
+    unread = sorted(n for n, h in hosts.items() if h["status"] != "ok" or not h["topology"].get("available"))
+    if unread:
+        print(f"gpufleet: exit 2: no topology from {len(unread)} host(s): {', '.join(unread)}", file=sys.stderr)
+        return exits.EXIT_HOSTS
+    return code
