@@ -319,3 +319,21 @@ def test_gres_writes_nothing_when_one_host_is_bad(tmp_path):
     with pytest.raises(view.GresError):
         command.write_gres(str(tmp_path) + "/", {"a1": _hgx(), "b2": bad})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_nics_follow_the_reader_order_and_are_listed():
+    topo = _hgx()
+    topo["nics"] = [dict(topo["nics"][1], device="mlx5_2"), dict(topo["nics"][0], device="mlx5_10", speed_mbps=400000)]
+    for row in topo["matrix"].values():
+        row["mlx5_2"], row["mlx5_10"] = row.pop("mlx5_1"), row.pop("mlx5_0")
+    assert view.matrix_table(topo)["columns"][4:] == ["mlx5_2", "mlx5_10"]  # as listed, not as text (10 < 2)
+    text = view.render_nics(topo)
+    assert text.splitlines() == [
+        "NICs:",
+        "  mlx5_2     ibp154s0, infiniband, 0000:9a:00.1, NUMA 1",
+        "  mlx5_10    ibp24s0, infiniband, 400 Gb/s, 0000:18:00.1, NUMA 0",
+    ]
+    page = report_html.render_html(
+        {**load("sample-v1.json"), "hosts": {"h": {"status": "ok", "facts": {"topology": topo}}}}
+    )
+    assert "mlx5_10</span> = ibp24s0 (infiniband, 400 Gb/s, 0000:18:00.1, NUMA 0)" in page

@@ -58,9 +58,18 @@ def category_class(value: Any) -> str:
     return _CSS.get(text, "other")
 
 
-def _gpu_sort_key(name: str) -> tuple:
-    m = re.match(r"^GPU(\d+)$", name)
-    return (0, int(m.group(1)), "") if m else (1, 0, name)
+def _order(topo: dict):
+    """Sort key of a matrix name: GPUs by index (GPU10 after GPU2), then the NICs in the order the facts list them
+    (the reader's: mlx5_2 before mlx5_10), then anything else by name."""
+    nics = [str(n.get("device") or n.get("name")) for n in _list(topo.get("nics")) if isinstance(n, dict)]
+
+    def key(name: str) -> tuple:
+        m = re.match(r"^GPU(\d+)$", name)
+        if m:
+            return (0, int(m.group(1)), "")
+        return (1, nics.index(name), "") if name in nics else (2, 0, name)
+
+    return key
 
 
 def matrix_table(topo: Any) -> dict[str, Any]:
@@ -69,12 +78,10 @@ def matrix_table(topo: Any) -> dict[str, Any]:
     that appears only as a column. ``cpus``/``numa`` are a GPU's CPU and NUMA affinity (empty for a NIC)."""
     topo = _dict(topo)
     matrix = _dict(topo.get("matrix"))
-    names = sorted((str(n) for n in matrix), key=_gpu_sort_key)
-    columns = list(names)
-    for row in matrix.values():
-        for col in _dict(row):
-            if str(col) not in columns:
-                columns.append(str(col))
+    key = _order(topo)
+    names = sorted((str(n) for n in matrix), key=key)
+    extra = {str(c) for row in matrix.values() for c in _dict(row)} - set(names)
+    columns = names + sorted(extra, key=key)
     gpus = {f"GPU{g.get('index')}": g for g in _list(topo.get("gpus")) if isinstance(g, dict)}
     rows = []
     for name in names:
@@ -156,6 +163,40 @@ def bindings_view(topo: Any) -> list[dict[str, str]]:
     return out
 
 
+def nics_view(topo: Any) -> list[dict[str, str]]:
+    """The NICs as the matrix names them (RDMA device, else interface), with interface, kind, speed and NUMA node
+    (`nvidia-smi topo -m`'s "NIC Legend")."""
+    out = []
+    for n in _list(_dict(topo).get("nics")):
+        if not isinstance(n, dict):
+            continue
+        speed = n.get("speed_mbps")
+        numa = n.get("numa_node")
+        out.append(
+            {
+                "label": str(n.get("device") or n.get("name") or ""),
+                "name": str(n.get("name") or ""),
+                "kind": str(n.get("kind") or ""),
+                "speed": f"{speed / 1000:g} Gb/s" if isinstance(speed, (int, float)) and speed > 0 else "",
+                "numa": "" if numa is None or numa == -1 else str(numa),
+                "bus_id": str(n.get("bus_id") or ""),
+            }
+        )
+    return out
+
+
+def render_nics(topo: Any) -> str:
+    rows = nics_view(topo)
+    if not rows:
+        return "NICs: none found"
+    lines = ["NICs:"]
+    for n in rows:
+        parts = [n["name"] if n["name"] != n["label"] else "", n["kind"], n["speed"], n["bus_id"]]
+        parts.append(f"NUMA {n['numa']}" if n["numa"] else "")
+        lines.append(clean(f"  {n['label']:<10} " + ", ".join(p for p in parts if p)))
+    return "\n".join(lines)
+
+
 def render_bindings(topo: Any) -> str:
     rows = bindings_view(topo)
     if not rows:
@@ -193,6 +234,7 @@ def html_view(topo: Any) -> dict[str, Any] | None:
             {"code": code, "meaning": meaning, "css": category_class(code if code != "NV#" else "NV1")}
             for code, meaning in CATEGORIES
         ],
+        "nics": nics_view(topo),
         "bindings": bindings_view(topo),
     }
 
@@ -211,7 +253,7 @@ def render_host(name: str, host: Any) -> str:
     note = flat_note(topo)
     if note:
         parts.append("NOTE: " + clean(note))
-    parts += [render_matrix(topo), "", render_legend(), "", render_bindings(topo)]
+    parts += [render_matrix(topo), "", render_legend(), "", render_nics(topo), "", render_bindings(topo)]
     return "\n".join(parts)
 
 
