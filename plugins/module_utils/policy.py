@@ -122,6 +122,18 @@ SPEC = {
                                "critical (GPU-HLT-003). null: not checked, only GPUs on the PCI bus that NVML does "
                                "not list are."),
     },
+    "probe": {
+        "gpu_idle_pct": (50, "number",
+                         "HOST-BAL-001: a GPU whose utilization, averaged over the probe's sample, is below this "
+                         "percent is idle enough to be waiting for its input."),
+        "cpu_saturated_pct": (90, "number",
+                              "HOST-BAL-001: the CPUs a GPU process may run on count as saturated at or above this "
+                              "busy percent over the sample (/proc/stat of those CPUs, or the process's own CPU "
+                              "time spread over them)."),
+        "far_numa_pct": (50, "number",
+                         "HOST-BAL-002: a GPU process with at least this share of its CPU time (its threads by the "
+                         "CPU they last ran on) off its GPU's NUMA node runs on the far node."),
+    },
     "watch": {
         "interval_seconds": (300, "int",
                              "How often the on-host checker (role watch) runs; node_exporter serves its last "
@@ -385,6 +397,12 @@ def _validate_positive(policy):
                               "write rules: {%s: {enabled: false}})" % (path, value, rule, rule))
 
 
+def _validate_probe(policy):
+    for key, value in sorted((policy.get("probe") or {}).items()):
+        if not 0 < value <= 100:
+            raise PolicyError("policy.probe.%s: must be a percent > 0 and <= 100, got %r" % (key, value))
+
+
 def _validate_watch(policy):
     watch = policy.get("watch") or {}
     if watch.get("interval_seconds", 1) < 10:
@@ -413,6 +431,7 @@ def validate(overrides, known_rules=None):
     _validate_mtu(policy)
     _validate_power(policy)
     _validate_watch(policy)
+    _validate_probe(policy)
     _validate_rules(policy, known_rules)
     return policy
 

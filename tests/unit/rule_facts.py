@@ -246,6 +246,61 @@ HEALTHY = {
         "peers": [],
     },
     "links": {"source": "declared", "peers": [{"site": "eu_west", "rtt_ms": 180.0, "bandwidth_gbps": 1.0}]},
+    # The balance probe's sample (gpu_probe, module_utils/probe.py): one training process per GPU, bound to 14 of
+    # its NUMA node's CPUs, GPUs busy, loaders keeping up, no swapping.
+    "probe": {
+        "available": True,
+        "error": None,
+        "sample_seconds": 5.0,
+        "reads": 5,
+        "cpus_online": 224,
+        "numa_nodes": {"0": NODE_CPUS[0], "1": NODE_CPUS[1]},
+        "gpus": [
+            {
+                "index": i,
+                "bus_id": f"0000:{['18', '2a', '3a', '5d', '9a', 'ab', 'ba', 'db'][i]}:00.0",
+                "lost": False,
+                "error": None,
+                "numa_node": 0 if i < 4 else 1,
+                "local_cpus": NODE_CPUS[0 if i < 4 else 1],
+                "local_cpus_busy_pct": 35.0,
+                "utilization": {"gpu_pct": 92.0, "memory_pct": 41.0, "reads": 5},
+                "processes": [1000 + i],
+                "unsupported": {},
+            }
+            for i in range(8)
+        ],
+        "processes": [
+            {
+                "pid": 1000 + i,
+                "visible": True,
+                "name": "python3",
+                "state": "R",
+                "threads": 24,
+                "cpu_pct": 620.0,
+                "busiest_thread_pct": 85.0,
+                "allowed_cpus": f"{(i % 4) * 14 + (0 if i < 4 else 56)}-{(i % 4) * 14 + (13 if i < 4 else 69)}",
+                "allowed_count": 14,
+                "pinned": True,
+                "allowed_busy_pct": 48.0,
+                "own_share_pct": 44.3,
+                "saturation_pct": 48.0,
+                "last_cpu": {
+                    str((i % 4) * 14 + (0 if i < 4 else 56) + t): {"threads": 2, "cpu_pct": 51.6} for t in range(12)
+                },
+                "gpus": [i],
+                "used_memory_mib": 39000,
+            }
+            for i in range(8)
+        ],
+        "memory": {
+            "swap_in_per_s": 0.0,
+            "swap_out_per_s": 0.0,
+            "swap_total_mib": 0,
+            "swap_used_mib": 0,
+            "psi_some_avg10": 0.0,
+        },
+    },
 }
 
 

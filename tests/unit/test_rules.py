@@ -94,6 +94,47 @@ def _nic_on_one_node(f):
 
 
 # rule id -> (mutation that still passes (None: the healthy host), mutation that fails[, policy for both])
+def _probe(f):
+    return f["probe"]
+
+
+def _starved(f):
+    """GPU 0 waits for its input: 12 % busy while the 14 CPUs its process may use are saturated."""
+    _probe(f)["gpus"][0]["utilization"].update(gpu_pct=12.0, memory_pct=3.0)
+    _probe(f)["processes"][0].update(cpu_pct=1372.0, allowed_busy_pct=99.1, own_share_pct=98.0, saturation_pct=99.1)
+
+
+def _gpu_busy_cpus_saturated(f):
+    """Saturated CPUs with a busy GPU: the GPU is the bottleneck, as it should be."""
+    _probe(f)["processes"][0].update(cpu_pct=1372.0, allowed_busy_pct=99.1, own_share_pct=98.0, saturation_pct=99.1)
+
+
+def _far_node(f):
+    """GPU 0 is on node 0; its process is bound to node 1's CPUs 56-69."""
+    _probe(f)["processes"][0].update(
+        allowed_cpus="56-69", last_cpu={str(56 + t): {"threads": 2, "cpu_pct": 51.6} for t in range(12)}
+    )
+
+
+def _one_thread_strays(f):
+    """One of 12 busy CPUs is off the node (a migration caught mid-way): under far_numa_pct."""
+    _probe(f)["processes"][0]["last_cpu"]["60"] = _probe(f)["processes"][0]["last_cpu"].pop("11")
+
+
+def _pinned_to(cpus, count, pinned=True):
+    return lambda f: _probe(f)["processes"][0].update(allowed_cpus=cpus, allowed_count=count, pinned=pinned)
+
+
+def _probe_swapping(f):
+    _probe(f)["memory"].update(swap_total_mib=8192, swap_used_mib=6000, swap_in_per_s=420.0, swap_out_per_s=610.0)
+
+
+def _swapping_without_gpu_jobs(f):
+    _probe_swapping(f)
+    for p in _probe(f)["processes"]:
+        p.update(visible=False)
+
+
 CASES = {
     "GPU-MEM-001": (_full_not_swapping, _full_and_swapping),
     "HOST-MEM-001": (None, _set(lambda f: host(f)["memory"], swap_in_per_s=300.0, swap_out_per_s=500.0)),
@@ -221,6 +262,11 @@ CASES = {
     "HOST-HLT-003": (None, _fatal_sxid),
     "SW-KMOD-001": (None, lambda f: f["gpu"]["driver"].update(kernel_module_version="535.183.01")),
     "SW-FM-001": (None, lambda f: f["gpu"]["driver"].update(fabricmanager_version="550.54.15")),
+    "HOST-BAL-001": (_gpu_busy_cpus_saturated, _starved),
+    "HOST-BAL-002": (_one_thread_strays, _far_node),
+    # Unpinned on a small host is HOST-CPU-002's finding, not a pinning one.
+    "HOST-BAL-003": (_pinned_to("0-7", 8, pinned=False), _pinned_to("0-3", 4)),
+    "HOST-BAL-004": (_swapping_without_gpu_jobs, _probe_swapping),
 }
 
 

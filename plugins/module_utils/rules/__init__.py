@@ -10,8 +10,9 @@ advice). Each area's rules live in their own file (``memory``, ``cpu``, ``networ
 target; remediation roles, tags, toggles and tests use the same ids.
 
 ``facts`` is ``{"gpu": <gpu_info result>, "host": <host_info host>, "network": <nic_info network>,
-"links": {"source": ..., "peers": [{site, rtt_ms, bandwidth_gbps}]}}``; any part may be missing, and a rule
-whose facts are missing reports ``skip`` with the reason.
+"links": {"source": ..., "peers": [{site, rtt_ms, bandwidth_gbps}]}, "probe": <gpu_probe sample>}``; any part may be
+missing, and a rule whose facts are missing reports ``skip`` with the reason (the balance rules, ``balance``, read only
+``probe``, which only ``gpufleet probe`` gathers).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -19,7 +20,15 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import AREAS, SEVERITIES
-from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import cpu, health, memory, network, power, software
+from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import (
+    balance,
+    cpu,
+    health,
+    memory,
+    network,
+    power,
+    software,
+)
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (  # noqa: F401 (the package's API)
     STATUSES,
     Rule,
@@ -30,7 +39,7 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import 
     skip,
 )
 
-RULES = memory.RULES + cpu.RULES + network.RULES + power.RULES + health.RULES + software.RULES
+RULES = memory.RULES + cpu.RULES + network.RULES + power.RULES + health.RULES + software.RULES + balance.RULES
 BY_ID = dict((r.id, r) for r in RULES)
 
 

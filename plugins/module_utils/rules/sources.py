@@ -103,6 +103,22 @@ KERNEL_THP = (
 KERNEL_PSI = ("Linux kernel: pressure stall information", "https://docs.kernel.org/accounting/psi.html")
 PROC_VMSTAT = ("proc_vmstat(5): pswpin, pswpout", "https://man7.org/linux/man-pages/man5/proc_vmstat.5.html")
 MLOCK = ("mlock(2): RLIMIT_MEMLOCK and CAP_IPC_LOCK", "https://man7.org/linux/man-pages/man2/mlock.2.html")
+PROC_PID_STAT = (
+    "proc_pid_stat(5): utime, stime, num_threads, processor (the CPU a task last ran on)",
+    "https://man7.org/linux/man-pages/man5/proc_pid_stat.5.html",
+)
+PROC_PID_STATUS = (
+    "proc_pid_status(5): Cpus_allowed_list",
+    "https://man7.org/linux/man-pages/man5/proc_pid_status.5.html",
+)
+SCHED_SETAFFINITY = (
+    "sched_setaffinity(2): a thread's CPU affinity mask (taskset, numactl, cpusets)",
+    "https://man7.org/linux/man-pages/man2/sched_setaffinity.2.html",
+)
+KERNEL_NUMA_POLICY = (
+    "Linux kernel: NUMA memory policy (local allocation, binding to a node)",
+    "https://docs.kernel.org/admin-guide/mm/numa_memory_policy.html",
+)
 LIMITS_CONF = ("limits.conf(5)", "https://man7.org/linux/man-pages/man5/limits.conf.5.html")
 SYSTEMD_EXEC = (
     "systemd.exec(5): LimitMEMLOCK=",
@@ -200,6 +216,14 @@ TENSORFLOW_GPU_MEMORY = (
 JAX_GPU_MEMORY = (
     "JAX: GPU memory allocation (preallocates 75% of GPU memory)",
     "https://docs.jax.dev/en/latest/gpu_memory_allocation.html",
+)
+NVIDIA_DALI = (
+    "NVIDIA DALI: the CPU bottleneck of data loading and preprocessing, moved to the GPU",
+    "https://docs.nvidia.com/deeplearning/dali/user-guide/docs/index.html",
+)
+PYTORCH_DATALOADER = (
+    "PyTorch data loading: multi-process loading (DataLoader num_workers)",
+    "https://docs.pytorch.org/docs/stable/data.html#multi-process-data-loading",
 )
 SLURM_FAQ_MEMLOCK = (
     "Slurm FAQ: locked memory limit (jobs get slurmd's limit; LimitMEMLOCK=infinity in slurmd.service)",
