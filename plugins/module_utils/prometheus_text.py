@@ -3,8 +3,9 @@
 # Apache License 2.0 (see LICENSE)
 """The Prometheus text exposition format (0.0.4) and gpufleet's finding series, in one home.
 
-The controller's report (``plugin_utils/report/prometheus.py``) and the on-host checker (``watch/checker.py``)
-both write ``gpufleet_finding`` and ``gpufleet_host_findings`` with these functions, so a dashboard or an alert
+The on-host checker (``watch/checker.py``) writes ``gpufleet_finding`` and ``gpufleet_host_findings`` with these
+functions; the controller's report (``plugin_utils/report/prometheus.py``, a package that imports only the standard
+library and itself) writes the same lines, held equal by tests/unit/test_watch_checker.py, so a dashboard or an alert
 reads the same names and labels whether a finding came from an audit or from the watch. Every family is a gauge
 (no name ends in ``_total``: https://prometheus.io/docs/practices/naming/); samples carry no timestamps (the
 node_exporter textfile collector rejects them).

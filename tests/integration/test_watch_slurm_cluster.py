@@ -43,7 +43,7 @@ POWER = {"rule": "GPU-PWR-002", "severity": "critical", "message": "GPU 1 power 
 ON = {"drain": True, "resume": True, "max_drained_fraction": 0.1, "node_name": None}
 
 SLURM_CONF = """\
-# gpufleet test cluster (tests/integration/test_watch_slurm.py)
+# gpufleet test cluster (tests/integration/test_watch_slurm_cluster.py)
 ClusterName=gpufleet-test
 SlurmctldHost=gfn1
 AuthType=auth/munge

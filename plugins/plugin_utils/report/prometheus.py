@@ -11,6 +11,10 @@ Only hosts that were audited (status ``ok``) export finding series: a host that 
 timeout, interrupted) has no ``gpufleet_finding`` and no ``gpufleet_host_findings``, so a dashboard never reads
 a down host as clean; ``gpufleet_host_up{status=...} 0`` says why. Every family is a gauge, so no name ends in
 ``_total`` (Prometheus naming: https://prometheus.io/docs/practices/naming/; ``promtool check metrics`` lints it).
+
+The on-host checker (role watch) writes the same finding series with ``module_utils/prometheus_text.py``. This
+package imports only the standard library, jinja2 and itself (it loads wherever it is put), so the two are held
+equal by tests/unit/test_watch_checker.py (the same lines for the same findings), not by a shared import.
 """
 
 from __future__ import annotations
@@ -18,12 +22,32 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils import prometheus_text as text
-
 from . import schema
 
-PREFIX = text.PREFIX
-escape_label = text.escape_label
+PREFIX = "gpufleet"
+
+
+def escape_label(value: Any) -> str:
+    """A label value escaped per the exposition format: backslash, double quote and line feed."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _labels(**labels: Any) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{escape_label(v)}"' for k, v in labels.items()) + "}"
+
+
+def _number(value: float | int) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    return repr(float(value))
 
 
 def audit_timestamp(report: dict) -> float | None:
@@ -54,14 +78,29 @@ def render_prometheus(report: dict, now: datetime | None = None) -> str:
     run = report.get("run") if isinstance(report.get("run"), dict) else {}
     families: list[tuple[str, str, list[str]]] = []
 
-    audited = {name: host for name, host in sorted(hosts.items()) if _audited(host)}
     findings: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    audited = {name: host for name, host in sorted(hosts.items()) if _audited(host)}
     for name, host in audited.items():
-        findings.extend(text.finding_samples(name, sorted(schema.host_findings(host), key=schema.finding_sort_key)))
-    families.append(("finding", text.FINDING_HELP, findings))
+        for f in sorted(schema.host_findings(host), key=schema.finding_sort_key):
+            if not schema.is_finding(f):
+                continue
+            key = (str(name), str(f.get("rule")))
+            if key in seen:  # one series per host and rule: a duplicate would make node_exporter drop the file
+                continue
+            seen.add(key)
+            labels = _labels(
+                host=name,
+                rule=f.get("rule", ""),
+                severity=f.get("severity", ""),
+                area=f.get("area", ""),
+                status=f.get("status"),
+            )
+            findings.append(f"{PREFIX}_finding{labels} 1")
+    families.append(("finding", "A failing or warning gpufleet finding on a host (always 1 while it lasts).", findings))
 
     up = [
-        text.sample("host_up", [("host", name), ("status", _status(h))], 1 if _audited(h) else 0)
+        f"{PREFIX}_host_up{_labels(host=name, status=_status(h))} {1 if _audited(h) else 0}"
         for name, h in sorted(hosts.items())
     ]
     families.append(
@@ -74,8 +113,19 @@ def render_prometheus(report: dict, now: datetime | None = None) -> str:
 
     totals = []
     for name, host in audited.items():
-        totals.extend(text.host_findings_samples(name, schema.host_findings(host)))
-    families.append(("host_findings", text.HOST_FINDINGS_HELP, totals))
+        counts = {s: 0 for s in schema.SEVERITIES}
+        for f in schema.host_findings(host):
+            if schema.is_finding(f) and f.get("severity") in counts:
+                counts[f["severity"]] += 1
+        totals.extend(f"{PREFIX}_host_findings{_labels(host=name, severity=s)} {n}" for s, n in counts.items())
+    families.append(
+        (
+            "host_findings",
+            "Failing and warning findings on an audited host, by severity "
+            "(no series for a host that was not audited: see gpufleet_host_up).",
+            totals,
+        )
+    )
 
     ts = audit_timestamp(report)
     if ts is None:
@@ -84,15 +134,21 @@ def render_prometheus(report: dict, now: datetime | None = None) -> str:
         (
             "audit_timestamp_seconds",
             "Unix time the audit finished.",
-            [text.sample("audit_timestamp_seconds", [], float(ts))],
+            [f"{PREFIX}_audit_timestamp_seconds {_number(float(ts))}"],
         )
     )
     families.append(
         (
             "audit_complete",
             "1 if the audit run completed, 0 if it was interrupted or partial.",
-            [text.sample("audit_complete", [], 1 if run.get("complete") is True else 0)],
+            [f"{PREFIX}_audit_complete {1 if run.get('complete') is True else 0}"],
         )
     )
 
-    return text.render(families)
+    lines: list[str] = []
+    for name, help_text, samples in families:
+        metric = f"{PREFIX}_{name}"
+        lines.append(f"# HELP {metric} {_escape_help(help_text)}")
+        lines.append(f"# TYPE {metric} gauge")
+        lines.extend(samples)
+    return "\n".join(lines) + "\n"
