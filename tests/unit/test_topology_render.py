@@ -97,11 +97,16 @@ def _vm() -> dict:
 
 def test_matrix_is_laid_out_as_nvidia_smi_topo_m():
     assert view.render_matrix(_hgx()).splitlines() == [
-        "      GPU0  GPU1  GPU2  GPU3  mlx5_0  mlx5_1  CPU Affinity    NUMA Affinity",
-        "GPU0  X     NV18  NV18  NV18  PIX     SYS     0-55,112-167    0",
-        "GPU1  NV18  X     NV18  NV18  PIX     SYS     0-55,112-167    0",
-        "GPU2  NV18  NV18  X     NV18  SYS     PIX     56-111,168-223  1",
-        "GPU3  NV18  NV18  NV18  X     SYS     PIX     56-111,168-223  1",
+        "      GPU0  GPU1  GPU2  GPU3  NIC0  NIC1  CPU Affinity    NUMA Affinity",
+        "GPU0  X     NV18  NV18  NV18  PIX   SYS   0-55,112-167    0",
+        "GPU1  NV18  X     NV18  NV18  PIX   SYS   0-55,112-167    0",
+        "GPU2  NV18  NV18  X     NV18  SYS   PIX   56-111,168-223  1",
+        "GPU3  NV18  NV18  NV18  X     SYS   PIX   56-111,168-223  1",
+    ]
+    assert view.render_nics(_hgx()).splitlines() == [
+        "NIC Legend:",
+        "  NIC0: mlx5_0 (ibp24s0, infiniband, 0000:18:00.1, NUMA 0)",
+        "  NIC1: mlx5_1 (ibp154s0, infiniband, 0000:9a:00.1, NUMA 1)",
     ]
 
 
@@ -131,8 +136,16 @@ def test_host_section_has_matrix_legend_and_bindings():
 
 def test_a_flat_tree_says_so():
     text = view.render_host("nd-vm", {"status": "ok", "topology": _vm()})
-    assert "NOTE: PCIe tree flattened (Hyper-V vmbus: no PCIe switch above the GPUs)" in text
-    assert "NODE/SYS" in text and "GPU0  X     NV18  NV18  NV18  NODE    SYS" in text
+    assert (
+        "NOTE: PCIe tree flattened (a virtual machine): Hyper-V vmbus: no PCIe switch above the GPUs; the categories "
+        "come from the NUMA nodes alone (NODE/SYS)\n"
+    ) in text
+    assert "GPU0  X     NV18  NV18  NV18  NODE  SYS" in text
+    reader_says = view.flat_note({**_vm(), "flat_reason": "VMBus host bridges; categories are NUMA only (NODE/SYS)"})
+    assert (
+        reader_says
+        == "PCIe tree flattened (a virtual machine): VMBus host bridges; categories are NUMA only (NODE/SYS)"
+    )
 
 
 def test_a_host_without_topology_says_why():
@@ -140,6 +153,13 @@ def test_a_host_without_topology_says_why():
     assert down == "== gone ==\nunreachable: ssh: timed out"
     unavailable = {"status": "ok", "topology": {"available": False, "error": "/sys/bus/pci not readable"}}
     assert view.render_host("h", unavailable) == "== h ==\ntopology unavailable: /sys/bus/pci not readable"
+
+
+def test_bindings_name_the_nearest_nics_and_count_the_rest():
+    topo = _hgx()
+    topo["bindings"][0]["nics"] = [f"mlx5_{i}" for i in range(12)]
+    line = view.render_bindings(topo).splitlines()[1]
+    assert line.endswith("NIC mlx5_0 (then mlx5_1, mlx5_2, mlx5_3, +8 more)")
 
 
 def test_host_values_cannot_drive_the_terminal():
@@ -329,9 +349,9 @@ def test_nics_follow_the_reader_order_and_are_listed():
     assert view.matrix_table(topo)["columns"][4:] == ["mlx5_2", "mlx5_10"]  # as listed, not as text (10 < 2)
     text = view.render_nics(topo)
     assert text.splitlines() == [
-        "NICs:",
-        "  mlx5_2     ibp154s0, infiniband, 0000:9a:00.1, NUMA 1",
-        "  mlx5_10    ibp24s0, infiniband, 400 Gb/s, 0000:18:00.1, NUMA 0",
+        "NIC Legend:",
+        "  NIC0: mlx5_2 (ibp154s0, infiniband, 0000:9a:00.1, NUMA 1)",
+        "  NIC1: mlx5_10 (ibp24s0, infiniband, 400 Gb/s, 0000:18:00.1, NUMA 0)",
     ]
     page = report_html.render_html(
         {**load("sample-v1.json"), "hosts": {"h": {"status": "ok", "facts": {"topology": topo}}}}

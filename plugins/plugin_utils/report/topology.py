@@ -28,6 +28,7 @@ CATEGORIES = (
     ("SYS", "PCIe and the SMP interconnect between NUMA nodes (QPI/UPI, xGMI)"),
 )
 _CSS = {"X": "self", "PIX": "pix", "PXB": "pxb", "PHB": "phb", "NODE": "node", "SYS": "sys"}
+SHOWN_NICS = 3  # NICs named after a GPU's nearest in the terminal (--json and the HTML report list them all)
 _NVLINK = re.compile(r"^NV\d+$")
 
 # gres.conf(5), https://slurm.schedmd.com/gres.conf.html: NodeName lets one gres.conf serve every node (a node
@@ -104,21 +105,24 @@ def flat_note(topo: Any) -> str:
     topo = _dict(topo)
     if not topo.get("flat"):
         return ""
-    reason = topo.get("flat_reason") or "no PCIe switch above the GPUs and NICs"
-    return (
-        f"PCIe tree flattened ({reason}): this is what a virtual machine shows; the categories below come from the "
-        "NUMA nodes (NODE/SYS), the real PCIe distances are not visible."
-    )
+    reason = str(topo.get("flat_reason") or "no PCIe bridge above the GPUs and NICs")
+    if "NUMA" not in reason:
+        reason += "; the categories come from the NUMA nodes alone (NODE/SYS)"
+    return f"PCIe tree flattened (a virtual machine): {reason}"
 
 
 def render_matrix(topo: Any) -> str:
-    """The matrix as text, laid out as ``nvidia-smi topo -m`` (rows GPUs then NICs, then CPU and NUMA affinity)."""
+    """The matrix as text, laid out as ``nvidia-smi topo -m`` (rows GPUs then NICs, then CPU and NUMA affinity);
+    NICs are labelled NIC0, NIC1, ... as nvidia-smi does, render_nics says which is which."""
     table = matrix_table(topo)
     if not table["rows"]:
         return "(no matrix: no GPU found)"
-    headers = [clean(c) for c in table["columns"]] + ["CPU Affinity", "NUMA Affinity"]
+    labels = nic_labels(topo)
+    headers = [clean(labels.get(c, c)) for c in table["columns"]] + ["CPU Affinity", "NUMA Affinity"]
     body = [
-        [clean(r["name"])] + [clean(c) for c in r["cells"]] + [clean(r["cpus"]), clean(r["numa"])]
+        [clean(labels.get(r["name"], r["name"]))]
+        + [clean(c) for c in r["cells"]]
+        + [clean(r["cpus"]), clean(r["numa"])]
         for r in table["rows"]
     ]
     first = max(len(r[0]) for r in body)
@@ -163,6 +167,11 @@ def bindings_view(topo: Any) -> list[dict[str, str]]:
     return out
 
 
+def nic_labels(topo: Any) -> dict[str, str]:
+    """Matrix name of each NIC (its RDMA device, else its interface) -> NIC0, NIC1, ... in the facts' order."""
+    return {n["label"]: f"NIC{i}" for i, n in enumerate(nics_view(topo))}
+
+
 def nics_view(topo: Any) -> list[dict[str, str]]:
     """The NICs as the matrix names them (RDMA device, else interface), with interface, kind, speed and NUMA node
     (`nvidia-smi topo -m`'s "NIC Legend")."""
@@ -186,14 +195,15 @@ def nics_view(topo: Any) -> list[dict[str, str]]:
 
 
 def render_nics(topo: Any) -> str:
+    """The NIC legend: ``NIC0: mlx5_0 (ibp24s0, infiniband, 400 Gb/s, 0000:18:00.1, NUMA 0)``."""
     rows = nics_view(topo)
     if not rows:
-        return "NICs: none found"
-    lines = ["NICs:"]
-    for n in rows:
+        return "NIC Legend: no NIC found"
+    lines = ["NIC Legend:"]
+    for i, n in enumerate(rows):
         parts = [n["name"] if n["name"] != n["label"] else "", n["kind"], n["speed"], n["bus_id"]]
         parts.append(f"NUMA {n['numa']}" if n["numa"] else "")
-        lines.append(clean(f"  {n['label']:<10} " + ", ".join(p for p in parts if p)))
+        lines.append(clean(f"  NIC{i}: {n['label']} (" + ", ".join(p for p in parts if p) + ")"))
     return "\n".join(lines)
 
 
@@ -207,7 +217,11 @@ def render_bindings(topo: Any) -> str:
         cpus = f"cores {b['cores']}" if b["cores"] else f"CPUs {b['cpus'] or 'unknown'}"
         if b["cores"] and b["siblings"]:
             cpus += f" + SMT siblings {b['siblings']}"
-        nic = f"NIC {b['nic']}" + (f" (then {b['others']})" if b["others"] else "") if b["nic"] else "no NIC"
+        others = b["others"].split(", ") if b["others"] else []
+        then = ", ".join(others[:SHOWN_NICS]) + (
+            f", +{len(others) - SHOWN_NICS} more" if len(others) > SHOWN_NICS else ""
+        )
+        nic = f"NIC {b['nic']}" + (f" (then {then})" if others else "") if b["nic"] else "no NIC"
         lines.append(clean(f"  {b['gpu']} {b['bus_id']}  {where}  {cpus}  {nic}"))
         for cmd in (b["numactl"], b["taskset"]):
             if cmd:
