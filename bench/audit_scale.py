@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
-import importlib.util
 import json
 import os
 import platform
@@ -50,6 +49,9 @@ from typing import Any
 from benchlib.tables import markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+import simulators  # noqa: E402  (tests/simulators.py: loads a simulator script under one name)
+
 BENCH = REPO / "bench"
 VENV_BIN = REPO / ".venv" / "bin"
 SIM_LIB = REPO / "build" / "sim" / "libnvidia-ml.so.1"
@@ -61,14 +63,6 @@ CONTENDERS = ("audit-cli", "audit-playbook", "ping", "naive")
 TARGETS = {"audit_over_ping_max": 1.3, "naive_over_audit_min": 10.0, "at_n": 50}
 PAGE = os.sysconf("SC_PAGE_SIZE")
 FLEET_VERSION = "1"  # bump when build_fleet() would build different hosts
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
 
 
 # --------------------------------------------------------------------------------------------------- the fleet
@@ -106,7 +100,7 @@ def build_fleet(n: int, work: Path, sample_seconds: float) -> tuple[Path, dict[s
     """N simulated hosts under work/fleet-N/ and their inventory; the hosts are reused while the stamp matches.
 
     Returns the inventory and, per host, the rule ids its audit must fail (demo.EXPECTED of its kind)."""
-    demo = _load("gpufleet_bench_demo", REPO / "tests/sim/demo.py")
+    demo = simulators.load("gpufleet_bench_demo", REPO / "tests/sim/demo.py")
     fleet = work / f"fleet-{n}"
     stamp = _builder_stamp(n)
     kinds = list(demo.HOSTS)

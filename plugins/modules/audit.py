@@ -82,7 +82,6 @@ options:
     default: 3.0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - gpufleet.tuning.attributes
   - gpufleet.tuning.attributes.read_only
   - gpufleet.tuning.gpu_reader
 requirements:

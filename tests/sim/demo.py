@@ -17,7 +17,6 @@ podman containers (inventories/demo-podman, tests/sim/demo_podman.yml: what `mak
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 import shutil
@@ -28,17 +27,12 @@ REPO = Path(__file__).resolve().parents[2]
 ETHTOOL_FIXTURE = REPO / "tests" / "fixtures" / "ethtool" / "mlx5_core" / "ens1f0np0"
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(REPO / "tests"))
+import simulators  # noqa: E402  (tests/simulators.py: the simulators loaded once, under the names the tests share)
 
-
-profiles = _load("gpufleet_sim_profiles", REPO / "tests/sim/nvml/profiles.py")
-mkroot = _load("gpufleet_sim_mkroot", REPO / "tests/sim/host/mkroot.py")
-netroot = _load("gpufleet_sim_netroot", REPO / "tests/sim/host/netroot.py")
+profiles = simulators.profiles()
+mkroot = simulators.mkroot()
+netroot = simulators.netroot()
 
 # Long-haul TCP as the network_tuning role leaves it: BBR, buffers for 2 x BDP, MTU probing, no idle restart.
 TUNED_TCP = {
