@@ -241,7 +241,7 @@ def test_html_host_has_a_collapsible_topology_section(topo_report):
     page = report_html.render_html(topo_report)
     details = _section(page, "iad-h100-03").find("details", class_="topology")
     assert details is not None and details.attrs["data-topology"] == "available" and "open" not in details.attrs
-    assert details.find("summary").all_text() == "GPU topology (4 devices)"
+    assert details.find("summary").all_text() == "GPU topology (4 GPUs, 2 NICs)"
     matrix = details.find("table", class_="topo-matrix")
     head = [th.all_text() for th in matrix.find("thead").iter("th")]
     assert head == ["", "GPU0", "GPU1", "GPU2", "GPU3", "mlx5_0", "mlx5_1", "CPU affinity", "NUMA"]
@@ -263,6 +263,7 @@ def test_html_flat_tree_note_and_hostile_values_escaped(topo_report):
     page = report_html.render_html(topo_report)
     details = _section(page, "sg-a100-01").find("details", class_="topology")
     assert "PCIe tree flattened" in details.find("p", class_="banner topo-flat").all_text()
+    assert details.find("summary").all_text() == "GPU topology (4 GPUs, 2 NICs, flattened PCIe tree)"
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert page.count("<script>") == 1  # the page's own script only
 

@@ -235,8 +235,12 @@ def html_view(topo: Any) -> dict[str, Any] | None:
     if not isinstance(topo, dict):
         return None
     table = matrix_table(topo)
+    gpus = len([g for g in _list(topo.get("gpus")) if isinstance(g, dict)])
+    nics = nics_view(topo)
     return {
         "available": bool(topo.get("available")),
+        "summary": f"{gpus} GPU{'' if gpus == 1 else 's'}, {len(nics)} NIC{'' if len(nics) == 1 else 's'}"
+        + (", flattened PCIe tree" if topo.get("flat") else ""),
         "error": str(topo.get("error") or ""),
         "flat": flat_note(topo),
         "columns": table["columns"],
@@ -248,7 +252,7 @@ def html_view(topo: Any) -> dict[str, Any] | None:
             {"code": code, "meaning": meaning, "css": category_class(code if code != "NV#" else "NV1")}
             for code, meaning in CATEGORIES
         ],
-        "nics": nics_view(topo),
+        "nics": nics,
         "bindings": bindings_view(topo),
     }
 
