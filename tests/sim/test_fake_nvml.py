@@ -45,7 +45,7 @@ nvmlDeviceGetComputeRunningProcesses_v2 nvmlDeviceSetPersistenceMode nvmlDeviceS
 nvmlDeviceSetComputeMode nvmlDeviceSetApplicationsClocks nvmlDeviceResetApplicationsClocks nvmlDeviceSetGpuLockedClocks
 nvmlDeviceResetGpuLockedClocks nvmlDeviceSetEccMode nvmlDeviceSetMigMode
 nvmlDeviceGetNvLinkErrorCounter nvmlDeviceGetPcieReplayCounter nvmlDeviceGetVbiosVersion nvmlDeviceGetGpuFabricInfo
-nvmlDeviceGetGpuFabricInfoV nvmlDeviceGetFieldValues
+nvmlDeviceGetGpuFabricInfoV nvmlDeviceGetFieldValues nvmlDeviceGetNvLinkRemotePciInfo_v2
 """.split()
 
 # Code run at the top of every child: helpers around the unmodified pynvml.
@@ -322,6 +322,8 @@ for i in range(r["gpu_count"]):
     else:
         r[p + "nvlink_count"] = len(links)
         r[p + "nvlink_down"] = ",".join(str(k) for k, s in enumerate(links) if s == 0)
+    remote = [res(N.nvmlDeviceGetNvLinkRemotePciInfo, h, link) for link in range(max(len(links), 1))]
+    r[p + "nvlink_remote"] = remote[0] if isinstance(remote[0], str) else ",".join(x.busId for x in remote)
     for c, name in enumerate(["replay", "recovery", "crc_flit", "crc_data", "ecc_data"]):
         vals = [res(N.nvmlDeviceGetNvLinkErrorCounter, h, link, c) for link in range(max(len(links), 1))]
         while len(vals) > 1 and vals[-1] == 0:
@@ -505,6 +507,7 @@ CALLS = {
     "nvmlDeviceGetGpuFabricInfo": lambda h: N.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(N.c_nvmlGpuFabricInfo_t())),
     "nvmlDeviceGetGpuFabricInfoV": lambda h: N.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(N.c_nvmlGpuFabricInfoV_t())),
     "nvmlDeviceGetFieldValues": lambda h: N.nvmlDeviceGetFieldValues(h, [230])[0].value.uiVal,
+    "nvmlDeviceGetNvLinkRemotePciInfo_v2": lambda h: N.nvmlDeviceGetNvLinkRemotePciInfo(h, 0).busId,
     "nvmlDeviceSetPersistenceMode": lambda h: N.nvmlDeviceSetPersistenceMode(h, 1),
     "nvmlDeviceSetPowerManagementLimit": lambda h: N.nvmlDeviceSetPowerManagementLimit(h, 700000),
     "nvmlDeviceSetComputeMode": lambda h: N.nvmlDeviceSetComputeMode(h, 0),
@@ -592,9 +595,14 @@ def test_error_injection(libdir, sdir):
         else:
             assert per_gpu == want, name
         assert other_gpu == before, name
-    # retired pages are NotSupported on H100 (row remapping); everything else works
+    # retired pages are NotSupported on H100 (row remapping), NVLink remote ends in every profile (no
+    # nvlink_remote key); everything else works
     failing = {n for n, v in r["calls"].items() if isinstance(v[1], str) and v[1].startswith("!")}
-    assert failing == {"nvmlDeviceGetRetiredPages", "nvmlDeviceGetRetiredPagesPendingStatus"}
+    assert failing == {
+        "nvmlDeviceGetRetiredPages",
+        "nvmlDeviceGetRetiredPagesPendingStatus",
+        "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+    }
     assert r["by_name"] == {e: "!NVMLError_" + e for e in CHECKED_ERRORS}
     assert r["numeric"] == "!NVMLError_GpuIsLost"
     assert isinstance(r["zero"], int) and r["garbage"] == "!NVMLError_Unknown"
@@ -807,6 +815,32 @@ def test_l40s_not_supported(libdir, sdir):
     """,
     )
     assert r == ["!NVMLError_NotSupported"] * 3 + [[9001, 5001, 810, 405], 155]
+
+
+def test_nvlink_remote_ends(libdir, sdir):
+    """nvmlDeviceGetNvLinkRemotePciInfo_v2: item i of nvlink_remote, an empty item NotSupported, past the links
+    InvalidArgument; without the key NotSupported (every profile)."""
+    remote = "00000000:05:00.0,,0:2a:00.0"
+    state = make_state(sdir, "h100", 2, [f"gpu.0.nvlink_remote={remote}", "gpu.0.nvlink_count=3"])
+    r = run_child(
+        libdir,
+        state,
+        """
+        N.nvmlInit()
+        h0, h1 = N.nvmlDeviceGetHandleByIndex(0), N.nvmlDeviceGetHandleByIndex(1)
+        def bus(x):
+            return x if isinstance(x, str) else [x.busId, x.busIdLegacy, x.domain, x.bus]
+        out([bus(res(N.nvmlDeviceGetNvLinkRemotePciInfo, h, link)) for h, link in ((h0, 0), (h0, 1), (h0, 2), (h0, 3),
+                                                                                (h1, 0))])
+    """,
+    )
+    assert r == [
+        ["00000000:05:00.0", "0000:05:00.0", 0, 5],
+        "!NVMLError_NotSupported",
+        ["00000000:2A:00.0", "0000:2A:00.0", 0, 0x2A],
+        "!NVMLError_InvalidArgument",
+        "!NVMLError_NotSupported",
+    ]
 
 
 def test_health_getters_healthy_profiles(libdir, sdir):

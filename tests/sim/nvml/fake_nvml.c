@@ -1304,6 +1304,61 @@ nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nv
     return leave(&c, r);
 }
 
+/* The PCI function at the far end of NVLink `link`: item `link` of the comma list "nvlink_remote" (bus ids, e.g. an
+ * NVSwitch "00000000:05:00.0" or the peer GPU). Absent/empty key, or an empty item: NotSupported; link >= count:
+ * InvalidArgument; a malformed item: Unknown. */
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
+{
+    struct call c;
+    unsigned int n = 0, i = 0, dom = 0, bus = 0, dev = 0, fn = 0;
+    char item[64];
+    const char *v = NULL;
+    nvmlReturn_t r = enter_dev(&c, __func__, device, F_NONE);
+    if (r == NVML_SUCCESS && !pci)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        r = get_uint(&c, "nvlink_count", &n);
+    if (r == NVML_SUCCESS && n == 0)
+        r = NVML_ERROR_NOT_SUPPORTED;
+    if (r == NVML_SUCCESS && link >= n)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS) {
+        v = get(&c, "nvlink_remote");
+        if (!v || !*v)
+            r = NVML_ERROR_NOT_SUPPORTED;
+    }
+    while (r == NVML_SUCCESS && i < link) { /* skip to item `link` */
+        v = strchr(v, ',');
+        if (!v)
+            r = NVML_ERROR_NOT_SUPPORTED;
+        else
+            v++, i++;
+    }
+    if (r == NVML_SUCCESS) {
+        const char *e = strchr(v, ',');
+        size_t l = e ? (size_t)(e - v) : strlen(v);
+        if (l >= sizeof(item)) {
+            r = NVML_ERROR_UNKNOWN;
+        } else {
+            memcpy(item, v, l);
+            item[l] = '\0';
+            if (!*trim(item))
+                r = NVML_ERROR_NOT_SUPPORTED;
+            else if (parse_bus_id(trim(item), &dom, &bus, &dev, &fn))
+                r = NVML_ERROR_UNKNOWN;
+        }
+    }
+    if (r == NVML_SUCCESS) {
+        memset(pci, 0, sizeof(*pci));
+        snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.%X", dom & 0xffff, bus, dev, fn);
+        snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.%X", dom, bus, dev, fn);
+        pci->domain = dom;
+        pci->bus = bus;
+        pci->device = dev;
+    }
+    return leave(&c, r);
+}
+
 /* Item i of a comma list of numbers ("0,0,5": item 2 is 5; items past the end are 0).
  * Absent or empty key: NotSupported; malformed: Unknown. */
 static nvmlReturn_t list_item(const struct call *c, const char *key, unsigned int i, unsigned long long *out)

@@ -90,7 +90,7 @@ GPU_KEYS = (
     "clocks_event_reasons",
     "temperature", "temp_slowdown", "temp_shutdown", "temp_gpu_max", "temp_mem_max",
     "pcie_gen_current", "pcie_width_current", "pcie_gen_max", "pcie_width_max",
-    "compute_mode", "mig_current", "mig_pending", "nvlink_count", "nvlink_down",
+    "compute_mode", "mig_current", "mig_pending", "nvlink_count", "nvlink_down", "nvlink_remote",
     *(k + rate for k in COUNTER_KEYS for rate in ("", "_per_s")),
     "fabric_state", "fabric_status", "fabric_clique_id", "fabric_health_mask", "fabric_health_summary",
     "recovery_action", "vbios_version",
@@ -99,11 +99,14 @@ GPU_KEYS = (
 
 _STRING_KEYS = {"name", "uuid", "serial", "driver_version", "nvml_version", "missing", "vbios_version"}
 _NUM = r"(?:0[xX][0-9a-fA-F]+|\d+)"
+_BUS_ID = r"[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7]"
 _FORMATS = {
     "pci_bus_id": re.compile(r"[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7]"),
     "supported_mem_clocks": re.compile(r"(?:\d+(?:\s*,\s*\d+)*)?"),
     "supported_graphics_clocks": re.compile(r"(?:\d+(?:\s*,\s*\d+)*)?"),
     "nvlink_down": re.compile(r"(?:\d+(?:\s*,\s*\d+)*)?"),
+    # item i: the bus id at the far end of NVLink i (an NVSwitch or the peer GPU); an empty item: not known
+    "nvlink_remote": re.compile(rf"(?:{_BUS_ID})?(?:\s*,\s*(?:{_BUS_ID})?)*"),
     "processes": re.compile(r"(?:\d+:\d+(?:\s*,\s*\d+:\d+)*)?"),
     "cpu_affinity": re.compile(r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*"),
     **{k + rate: re.compile(r"\d+(?:\s*,\s*\d+)*") for k in COUNTER_KEYS for rate in ("", "_per_s")},
