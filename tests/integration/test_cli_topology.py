@@ -113,6 +113,10 @@ def test_gres_directory_holds_one_file_per_host_with_the_module_lines(run):
         assert lines == [f"NodeName={name} {g}" for g in host["topology"]["gres"]], name
         assert len(lines) == HOSTS[name][2]
         assert all(" File=/dev/nvidia" in ln and " Cores=" in ln for ln in lines), lines
+    # Links= where NVLink exists (HGX: NVSwitch; the Azure VM's GPUs keep theirs), none on the PCIe L40S server.
+    hgx = (out / "gres" / "hgx01.gres.conf").read_text().splitlines()
+    assert "NodeName=hgx01 Name=gpu Type=h100 File=/dev/nvidia0 Cores=0-55 Links=-1,18,18,18,18,18,18,18" in hgx
+    assert " Links=" not in (out / "gres" / "l40s01.gres.conf").read_text()
 
 
 def test_gres_file_for_a_group_and_limit(fleet, tmp_path):
