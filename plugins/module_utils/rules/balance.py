@@ -216,7 +216,9 @@ RULES = (
         "A GPU that is mostly idle while the CPUs its process may run on are saturated waits for its input: data "
         "loading, decoding and augmentation on the CPU do not keep up (NVIDIA DALI's documentation names this "
         "CPU bottleneck). More loader workers (PyTorch DataLoader num_workers), more cores for the job, or moving "
-        "preprocessing to the GPU give the GPU its work back." + _PROBE_NOTE,
+        "preprocessing to the GPU give the GPU its work back. The allowed CPUs are judged as a whole (/proc/stat), not "
+        "the GPU process alone: a DataLoader's workers are processes of their own that NVML does not list, and they "
+        "inherit the parent's allowed CPUs." + _PROBE_NOTE,
         check_input_bound,
         manual="Give the job more CPUs (scheduler --cpus-per-gpu, a wider taskset/cpuset), raise the data loader's "
         "worker count (PyTorch DataLoader num_workers), or move decoding/augmentation to the GPU (NVIDIA DALI).",
