@@ -237,3 +237,14 @@ def test_live_proc_of_this_process_reads():
     assert live["stat"]["name"] and live["stat"]["threads"] >= 1 and live["tasks"]
     assert probe.parse_proc_stat_cpus(HostFS("/").read("/proc/stat"))
     assert probe._parse_cpus(live["allowed"])
+
+
+def test_far_numa_needs_the_nodes_and_one_node_has_no_far_one():
+    from rule_facts import healthy
+
+    sample = healthy()["probe"]
+    sample["numa_nodes"] = {}
+    assert _balance(sample)["HOST-BAL-002"]["status"] == "skip"
+    sample["numa_nodes"] = {"0": "0-223"}
+    finding = _balance(sample)["HOST-BAL-002"]
+    assert finding["status"] == "pass" and "one NUMA node" in finding["message"]
