@@ -459,7 +459,37 @@ def _nvlink(g, nv):
     if total == 0:
         g.unsupported["nvlink"] = first_error or "NotSupported"
         return None
-    return {"up": up, "total": total, "down": down}
+    remote = _nvlink_remote(g, nv, [link for link in g.links if link not in down])
+    if g.lost:
+        return None
+    return {"up": up, "total": total, "down": down, "remote": remote}
+
+
+def _nvlink_remote(g, nv, links):
+    """{link (str): sysfs bus id} of the PCI function at the far end of each link that is up - an NVSwitch or the
+    peer GPU (nvmlDeviceGetNvLinkRemotePciInfo_v2); None when NVML cannot say (the first link answers NotSupported,
+    FunctionNotFound or NoPermission: not asked again for the other links). The topology reader pairs GPUs with it."""
+    fn = getattr(nv, "nvmlDeviceGetNvLinkRemotePciInfo", None)
+    if fn is None:
+        return None
+    out = {}
+    for link in links:
+        try:
+            info = fn(g.handle, link)
+        except nv.NVMLError as exc:
+            reason = error_name(exc)
+            if reason == "GpuIsLost":
+                g.lost = True
+                return None
+            if not out and reason in ("NotSupported", "FunctionNotFound", "NoPermission"):
+                return None
+            continue
+        except nv.NVMLLibraryMismatchError:
+            return None
+        bus = _sysfs_bus_id(_text(info.busId))
+        if bus:
+            out[str(link)] = bus
+    return out or None
 
 
 def _numa_node(g, nv, fs, pci_bus_id):

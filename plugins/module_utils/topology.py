@@ -228,19 +228,43 @@ def _minor(fs, bdf, index):
 
 
 def _nvlink_peers(gpus, has_nvswitch):
-    """{index: ({peer index: links}, via_nvswitch)}. NVSwitch systems (NVSwitches on the PCI bus, or a GPU fabric
-    state, Hopper and later) connect every GPU with links up to every other such GPU over all of its links, which is
-    what nvidia-smi shows (NV18 between any two H100 SXM). Without NVML's remote ends
-    (nvmlDeviceGetNvLinkRemotePciInfo) direct GPU-to-GPU links cannot be paired, and peers stay empty."""
-    out = {}
-    fabric = [g for g in gpus if (g["nvlink"] or {}).get("up") and (has_nvswitch or g.get("fabric"))]
+    """{index: ({peer index (str): links}, via_nvswitch)}.
+
+    Where NVML names the far end of each link (nvmlDeviceGetNvLinkRemotePciInfo, gpu_info's ``nvlink.remote``), a
+    link to another GPU's bus id is a direct link to it and any other far end is an NVSwitch. Without the far ends,
+    a GPU with links up on an NVSwitch system (NVSwitches on the PCI bus, or a GPU fabric state: Hopper and later)
+    has them all on the switches. GPUs on the switches reach each other over as many links as the weaker of the
+    two has there, which is what nvidia-smi shows (NV18 between two H100 SXM5); direct links add to that. Direct
+    links without far ends cannot be paired: peers stay empty."""
+    by_bdf = {g["bdf"]: g for g in gpus}
+    direct, switched = {}, {}
     for g in gpus:
-        up = (g["nvlink"] or {}).get("up") or 0
-        if any(g is f for f in fabric):
-            peers = {str(o["index"]): min(up, o["nvlink"]["up"]) for o in fabric if o is not g}
-            out[g["index"]] = (peers, True)
-        else:
-            out[g["index"]] = ({}, False)
+        nvlink = g["nvlink"] or {}
+        up = nvlink.get("up") or 0
+        remote = nvlink.get("remote")
+        peers, on_switch = {}, 0
+        if remote:
+            for bus in remote.values():
+                peer = by_bdf.get(pci.sysfs_address(bus))
+                if peer is None:
+                    on_switch += 1
+                elif peer is not g:
+                    key = str(peer["index"])
+                    peers[key] = peers.get(key, 0) + 1
+        elif up and (has_nvswitch or g.get("fabric")):
+            on_switch = up
+        direct[g["index"]], switched[g["index"]] = peers, on_switch
+    out = {}
+    for g in gpus:
+        peers = dict(direct[g["index"]])
+        mine = switched[g["index"]]
+        if mine:
+            for o in gpus:
+                theirs = switched[o["index"]]
+                if o is not g and theirs:
+                    key = str(o["index"])
+                    peers[key] = peers.get(key, 0) + min(mine, theirs)
+        out[g["index"]] = (peers, mine > 0)
     return out
 
 

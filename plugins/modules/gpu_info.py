@@ -249,8 +249,10 @@ gpus:
     mig: {description: MIG mode C(current) and C(pending)., type: dict}
     nvlink:
       description: >-
-        NVLink links C(up) of C(total) and the C(down) link numbers; C(errors) (CRC flit, CRC data, replay, recovery
-        counts summed over the links) and C(errors_increase) over C(sample_seconds) between two readings.
+        NVLink links C(up) of C(total) and the C(down) link numbers; C(remote), link number to the PCI bus id at
+        the far end of that link (an NVSwitch or the peer GPU; null when NVML cannot say); C(errors) (CRC flit, CRC
+        data, replay, recovery counts summed over the links) and C(errors_increase) over C(sample_seconds) between
+        two readings.
       type: dict
     fabric:
       description: >-

@@ -29,6 +29,18 @@ HOSTS = {
     "hgx_nodriver": ("hgx_h100", None, 0, []),
     # One GPU with two NVLinks down: NV16 to every peer, and peers see it at 16 too.
     "hgx_links_down": ("hgx_h100", "h100", 8, ["gpu.3.nvlink_down=0,1"]),
+    # GPUs bridged in pairs (H100 NVL style: 12 links each to the partner, no NVSwitch, no fabric) on the PCIe tree
+    # of the L40S server: the far ends come from NVML (nvmlDeviceGetNvLinkRemotePciInfo_v2).
+    "pairs": (
+        "l40s_pcie",
+        "h100",
+        4,
+        ["gpu.*.nvlink_count=12", "gpu.*.fabric_state="]
+        + [
+            f"gpu.{i}.nvlink_remote=" + ",".join([f"00000000:{bus}:00.0"] * 12)
+            for i, bus in enumerate(("4A", "38", "CA", "B8"))
+        ],
+    ),
 }
 
 
@@ -151,6 +163,14 @@ def test_without_nvml_the_pci_bus_still_answers(fleet):
     assert topo["available"] is True and len(topo["gpus"]) == 8
     assert topo["gres"][0] == "Name=gpu Type=h100 File=/dev/nvidia0 Cores=0-55"
     assert topo["matrix"]["GPU0"]["mlx5_0"] == "PXB"
+
+
+def test_nvlink_pairs_from_the_remote_ends(fleet):
+    topo = _ok(fleet, "pairs")["topology"]
+    m = topo["matrix"]
+    assert (m["GPU0"]["GPU1"], m["GPU3"]["GPU2"], m["GPU1"]["GPU2"]) == ("NV12", "NV12", "SYS")
+    assert topo["gres"][1] == "Name=gpu Type=h100 File=/dev/nvidia1 Cores=0-31 Links=12,-1,0,0"
+    assert topo["gpus"][0]["nvlink"]["via_nvswitch"] is False
 
 
 def test_bad_root_names_the_option(fleet):

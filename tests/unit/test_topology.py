@@ -236,3 +236,35 @@ def test_gres_type_from_names():
     assert topology._gpu_type("NVIDIA L40S", None) == "l40s"
     assert topology._gpu_type(None, "0x20b2") == "a100"
     assert topology._gpu_type(None, "0xffff") is None
+
+
+def test_direct_nvlink_pairs_from_the_remote_ends(roots):
+    """H100 NVL style: GPUs bridged in pairs (12 links each, far ends are the partner GPU), no NVSwitch."""
+    gpus = nvml_gpus("l40s_pcie")
+    bdfs = [g["pci_bus_id"] for g in gpus]
+    for g in gpus:
+        partner = bdfs[g["index"] ^ 1]
+        g["nvlink"] = {"up": 12, "total": 12, "down": [], "remote": {str(link): partner for link in range(12)}}
+    topo = collect(roots["l40s_pcie"], gpus)
+    m = topo["matrix"]
+    assert (m["GPU0"]["GPU1"], m["GPU2"]["GPU3"], m["GPU0"]["GPU2"], m["GPU1"]["GPU3"]) == (
+        "NV12",
+        "NV12",
+        "SYS",
+        "SYS",
+    )
+    assert topo["gpus"][0]["nvlink"] == {"links": 12, "peers": {"1": 12}, "via_nvswitch": False}
+    assert topo["gres"][0].endswith("Links=-1,12,0,0") and topo["gres"][3].endswith("Links=0,0,12,-1")
+
+
+def test_remote_ends_on_nvswitches_count_links_per_gpu(roots):
+    """Far ends on the NVSwitches (0000:05..08:00.0 on the HGX tree): the links that reach a switch count, and a
+    GPU with links down reaches every peer over fewer."""
+    gpus = nvml_gpus("hgx_h100", fabric=False)
+    switches = [f"0000:{5 + i:02x}:00.0" for i in range(4)]
+    for g in gpus:
+        up = 14 if g["index"] == 2 else 18
+        g["nvlink"] = {"up": up, "total": 18, "remote": {str(link): switches[link % 4] for link in range(up)}}
+    topo = collect(roots["hgx_h100"], gpus)
+    assert topo["matrix"]["GPU0"]["GPU1"] == "NV18" and topo["matrix"]["GPU0"]["GPU2"] == "NV14"
+    assert topo["matrix"]["GPU2"]["GPU7"] == "NV14" and topo["gpus"][2]["nvlink"]["via_nvswitch"] is True
