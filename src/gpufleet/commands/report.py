@@ -1,13 +1,15 @@
 """`gpufleet report diff OLD NEW`: fixed, new, unchanged and unverified findings per host (report/diff).
+`gpufleet report merge A B ... -o DIR`: the reports of job slices as one fleet report (report/merge).
 
-OLD and NEW are report.json files or run directories (``reports/<run>``, ``reports/latest``, or ``reports`` for its
-latest run); each must be a gpufleet report (``gpufleet.report/v1``), else the command exits 3.
+Reports are given as report.json files or run directories (``reports/<run>``, ``reports/latest``, or ``reports``
+for its latest run); each must be a gpufleet report (``gpufleet.report/v1``), else the command exits 3.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     rdiff.add_argument("old", help="the earlier report: report.json or a run directory")
     rdiff.add_argument("new", help="the later report: report.json or a run directory")
     rdiff.set_defaults(func=run_diff)
+    rmerge = options.command(
+        report_sub,
+        "merge",
+        help="merge the reports of job slices (AWX job slicing, --limit runs) into one fleet report",
+        description="Merge the reports of job slices - AWX job slicing, or gpufleet audit --limit runs - into one "
+        "fleet report and write it in every format (report.json, report.html, junit.xml, gpufleet.prom) under "
+        "DIR/<stamp>/ and DIR/latest, as an audit does. Each REPORT is a report.json or a run directory. Reports of "
+        "different schema versions, judged by different policies (policy files, or a host's policy digest) or with "
+        "different rule catalogs are refused. A host in more than one report is kept once, from the report whose "
+        "run finished last, and the merged report lists it under run.duplicates. The merged run is complete only "
+        "if every report is. The exit code is the merged report's, as gpufleet audit's.",
+        examples="""
+  gpufleet report merge slice1/latest slice2/latest slice3/latest -o reports/fleet
+  gpufleet report merge /shared/gpufleet/job-*/report.json -o /shared/gpufleet/fleet --fail-on high
+""",
+        exit_codes="0 merged, every host audited and no finding at or above --fail-on, 1 findings at or above "
+        "--fail-on, 2 a host of the merged report was not audited (unreachable, failed, timed out, interrupted), 3 "
+        "usage error (an input that is not a gpufleet report, reports that cannot be merged, an output directory "
+        "that cannot be written), 141 the output's reader went away (SIGPIPE)",
+    )
+    rmerge.add_argument("reports", nargs="+", metavar="REPORT", help="a slice's report: report.json or a run directory")
+    rmerge.add_argument("-o", "--out", required=True, metavar="DIR", help="report directory of the merged report")
+    options.fail_on(rmerge)
+    rmerge.set_defaults(func=run_merge)
 
 
 def report_file(path: str) -> Path:
@@ -88,3 +114,45 @@ def run_diff(args: argparse.Namespace) -> int:
     old, new = load_report(args.old), load_report(args.new)
     print(diff.render_diff(diff.diff_reports(old, new)), end="")
     return exits.EXIT_OK
+
+
+def read_report(path: str) -> tuple[str, Any]:
+    """``(label, document)`` of the report at ``path`` (see ``report_file``): label is the report.json's path. A
+    UsageError naming ``path`` when it cannot be read, is not JSON or is not a gpufleet report of any version."""
+    file = report_file(path)
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise exits.UsageError(f"{path}: cannot read a gpufleet report: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise exits.UsageError(f"{file}: not a gpufleet report: not JSON ({exc})") from exc
+    version = doc.get("schema") if isinstance(doc, dict) else None
+    if not (isinstance(version, str) and version.startswith("gpufleet.report/")):
+        got = version if isinstance(doc, dict) else type(doc).__name__
+        raise exits.UsageError(
+            f"{file}: not a gpufleet report (schema 'gpufleet.report/<version>' expected, got {got!r})"
+        )
+    return str(file), doc
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    paths.import_collection()
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import merge, terminal, writer
+
+    inputs = [read_report(path) for path in args.reports]
+    try:
+        report = merge.merge_reports(inputs)
+    except merge.MergeError as exc:
+        raise exits.UsageError(f"cannot merge: {exc}") from exc
+    try:
+        writer.check_writable(args.out)
+        files = writer.write_all(report, args.out)
+    except (OSError, writer.ReportDirError) as exc:
+        raise exits.UsageError(str(exc)) from exc
+    print(terminal.render_terminal(report, color=options.use_color(sys.stdout)))
+    for kind, path in sorted(files.items()):
+        print(f"{kind:>10}: {path}")
+    print(f"merged {len(inputs)} report(s):")
+    for line in merge.describe(report):
+        print(f"  {line}")
+    return options.exit_with_reason(report, args.fail_on)
