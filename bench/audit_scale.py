@@ -59,7 +59,9 @@ FAKE_ETHTOOL = REPO / "tests" / "fixtures" / "ethtool" / "fake-ethtool"
 FAKE_SMI = BENCH / "fake-nvidia-smi"
 NAIVE = BENCH / "naive_audit.yml"
 AUDIT_PLAYBOOK = REPO / "playbooks" / "audit.yml"
-CONTENDERS = ("audit-cli", "audit-playbook", "ping", "naive")
+CONTENDERS = ("audit-cli", "audit-cli-base", "audit-playbook", "ping", "naive")
+CLI_GOAL = 1.10  # issue 18: the CLI costs at most 10 % more than the bare playbook
+CONTROLLER_GOAL = 1.5  # issue 18: the audit's controller CPU per host within 1.5x ping's
 TARGETS = {"audit_over_ping_max": 1.3, "naive_over_audit_min": 10.0, "at_n": 50}
 PAGE = os.sysconf("SC_PAGE_SIZE")
 FLEET_VERSION = "1"  # bump when build_fleet() would build different hosts
@@ -305,8 +307,11 @@ def measure(cmd: list[str], env: dict[str, str], log: Path, interval: float, tim
 
 
 def command(name: str, inventory: Path, forks: int, out_dir: Path, extra: list[str]) -> list[str]:
-    if name == "audit-cli":
-        return [str(VENV_BIN / "gpufleet"), "audit", "-i", str(inventory), "--out", str(out_dir), "--forks", str(forks)]
+    if name in ("audit-cli", "audit-cli-base"):
+        # audit-cli-base: the same CLI with src/gpufleet/runner.py as of --cli-baseline REF (PYTHONPATH, see
+        # cli_baseline_env): what the CLI cost before a change to how it runs the playbook.
+        exe = [str(VENV_BIN / "gpufleet")] if name == "audit-cli" else [str(VENV_BIN / "python"), "-m", "gpufleet.cli"]
+        return [*exe, "audit", "-i", str(inventory), "--out", str(out_dir), "--forks", str(forks)]
     if name == "audit-playbook":
         return [
             str(VENV_BIN / "ansible-playbook"),
@@ -426,7 +431,24 @@ def summarize(results: dict[str, Any]) -> None:
                 ratios[f"{audit}/ping"] = {k: round(med[audit][k] / med["ping"][k], 2) for k in ("wall_s", "cpu_s")}
             if med.get(audit) and med.get("naive"):
                 ratios[f"naive/{audit}"] = {k: round(med["naive"][k] / med[audit][k], 2) for k in ("wall_s", "cpu_s")}
+        for cli in ("audit-cli", "audit-cli-base"):
+            if med.get(cli) and med.get("audit-playbook"):
+                ratios[f"{cli}/audit-playbook"] = {
+                    k: round(med[cli][k] / med["audit-playbook"][k], 3) for k in ("wall_s", "cpu_s")
+                }
         size["ratios"] = ratios
+        prof = size.get("profile") or {}
+        if prof.get("audit-playbook") and prof.get("ping"):
+            n = size["hosts"]
+            per_host = {name: round(prof[name]["controller_cpu_s"] / n, 4) for name in ("audit-playbook", "ping")}
+            # The CLI was not profiled (its playbook is audit-playbook's): its controller CPU is its median CPU
+            # less the module CPU of the profiled audit-playbook run (the same module calls).
+            if med.get("audit-cli"):
+                per_host["audit-cli (estimate)"] = round(
+                    (med["audit-cli"]["cpu_s"] - prof["audit-playbook"]["module_cpu_s"]) / n, 4
+                )
+            size["controller_cpu_per_host_s"] = per_host
+            size["controller_cpu_ratio"] = round(per_host["audit-playbook"] / per_host["ping"], 2)
 
 
 def table(results: dict[str, Any]) -> str:
@@ -452,19 +474,45 @@ def table(results: dict[str, Any]) -> str:
     ratios = []
     for n, size in results["sizes"].items():
         for label, r in size["ratios"].items():
-            if label.endswith("/ping"):
+            if label.endswith("/audit-playbook"):
+                target = f"≤ {CLI_GOAL}× (CPU {'met' if r['cpu_s'] <= CLI_GOAL else 'MISSED'})"
+            elif label.endswith("/ping"):
                 target = f"≤ {TARGETS['audit_over_ping_max']}× (wall {'met' if r['wall_s'] <= 1.3 else 'MISSED'})"
             else:
                 target = f"≥ {TARGETS['naive_over_audit_min']:.0f}× (wall {'met' if r['wall_s'] >= 10 else 'MISSED'})"
             ratios.append([n, label, f"{r['wall_s']:.2f}×", f"{r['cpu_s']:.2f}×", target])
     header = ["N", "contender", "runs", "wall s", "CPU s (user+sys)", "max RSS MiB", "tree peak PSS MiB"]
-    return "\n".join(
-        [
-            markdown_table([*header, "tree peak RSS MiB"], "rlrrrrrr", rows),
-            "",
-            markdown_table(["N", "ratio", "wall", "CPU", "target"], "rlrrl", ratios),
+    parts = [
+        markdown_table([*header, "tree peak RSS MiB"], "rlrrrrrr", rows),
+        "",
+        markdown_table(["N", "ratio", "wall", "CPU", "target"], "rlrrl", ratios),
+    ]
+    controller = []
+    for n, size in results["sizes"].items():
+        for name, v in (size.get("controller_cpu_per_host_s") or {}).items():
+            goal = ""
+            if name == "audit-playbook":
+                ok = size["controller_cpu_ratio"] <= CONTROLLER_GOAL
+                goal = f"{size['controller_cpu_ratio']:.2f}× ping (≤ {CONTROLLER_GOAL}×: {'met' if ok else 'MISSED'})"
+            controller.append([n, name, f"{1000 * v:.1f}", goal])
+    if controller:
+        parts += ["", markdown_table(["N", "controller CPU per host", "ms", "goal"], "rlrl", controller)]
+    build = (results.get("report_build") or {}).get("sizes") or {}
+    if build:
+        rows = [
+            [
+                n,
+                f"{r['build_s']:.2f}",
+                f"{r['write_s']:.2f}",
+                f"{r['per_host_ms']:.2f}",
+                f"{r['render']['html']:.2f}",
+                *(f"{r['bytes'][k] / 1e6:.2f}" for k in ("json", "html", "junit", "prometheus")),
+            ]
+            for n, r in build.items()
         ]
-    )
+        head = ["N", "build s", "render+write s", "ms/host", "html render s", "json MB", "html MB", "junit MB"]
+        parts += ["", markdown_table([*head, "prom MB"], "rrrrrrrrr", rows)]
+    return "\n".join(parts)
 
 
 # --------------------------------------------------------------------------------------------------- profile
@@ -597,6 +645,109 @@ def module_breakdown(fleet_host: Path, tmp: Path, repeats: int = 5) -> dict[str,
     return runs
 
 
+# ------------------------------------------------------------------------------------------ report building
+
+
+def report_sizes(out_dir: Path) -> dict[str, int]:
+    """Bytes of each file an audit wrote under out_dir/latest/ (report.json, report.html, junit.xml, ...)."""
+    latest = out_dir / "latest"
+    return {f.name: f.stat().st_size for f in sorted(latest.iterdir()) if f.is_file()} if latest.is_dir() else {}
+
+
+def cli_baseline_env(env: dict[str, str], ref: str, tmp: Path) -> dict[str, str]:
+    """The environment of audit-cli-base: src/gpufleet of this checkout with runner.py as of ``ref``, first on
+    PYTHONPATH (the venv finds gpufleet through an editable .pth, which comes after PYTHONPATH)."""
+    base = Path(tempfile.mkdtemp(prefix="cli-base-", dir=tmp))
+    shutil.copytree(REPO / "src" / "gpufleet", base / "gpufleet", ignore=shutil.ignore_patterns("__pycache__"))
+    old = subprocess.run(
+        ["git", "show", f"{ref}:src/gpufleet/runner.py"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    (base / "gpufleet" / "runner.py").write_text(old)
+    return {**env, "PYTHONPATH": str(base)}
+
+
+def recorded_results(fleet: Path, kinds: int = 8) -> list[dict[str, Any]]:
+    """The audit module's result (its JSON output, as registered) on the first host of each demo kind of a fleet,
+    run directly (no Ansible): the recorded results the report build is timed on."""
+    names = sorted((p.name for p in fleet.iterdir() if (p / "nvml.state").is_file()), key=lambda n: n[-3:])[:kinds]
+    env = dict(os.environ)
+    env.update({"PYTHONPATH": str(REPO / ".collections"), "LD_LIBRARY_PATH": str(SIM_LIB.parent)})
+    demo_vars = (fleet / "inventory" / "group_vars" / "all.yml").read_text()
+    out = []
+    with tempfile.TemporaryDirectory(prefix="recorded-") as tmp:
+        for name in names:
+            host = fleet / name
+            args = Path(tmp) / "args.json"
+            module_args = {"root": str(host / "root"), "sample_seconds": 0, "ethtool_path": str(FAKE_ETHTOOL)}
+            if "gpufleet_policy:" in demo_vars:
+                import yaml
+
+                module_args["policy"] = [yaml.safe_load(demo_vars).get("gpufleet_policy") or {}]
+            args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": module_args}))
+            proc = subprocess.run(
+                [str(VENV_BIN / "python"), str(REPO / "plugins/modules/audit.py"), str(args)],
+                env={**env, "FAKE_NVML_STATE": str(host / "nvml.state"), "FAKE_ETHTOOL_DIR": str(host / "ethtool")},
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=True,
+            )
+            res = json.loads(proc.stdout)
+            out.append({k: v for k, v in res.items() if k != "invocation"})
+    return out
+
+
+def report_build(sizes: list[int], work: Path, repeats: int = 3) -> dict[str, Any]:
+    """The controller's report step alone, in this process: fleet.build_report on N recorded results (the demo
+    kinds' results cycled over N host names, as the fleet is built), then writer.write_all (the four formats
+    rendered and written: write_s), and each format's rendering alone again (render).
+    Median of `repeats`; what audit_report does on the controller after the audit, minus Ansible's templating of
+    the registered results (hostvars)."""
+    sys.path.insert(0, str(REPO / ".collections"))
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils import fleet as fleet_mod
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
+
+    (work / "tmp").mkdir(parents=True, exist_ok=True)
+    fleets = sorted(work.glob("fleet-*/.stamp"))
+    if not fleets:
+        build_fleet(8, work, 0.0)
+        fleets = sorted(work.glob("fleet-*/.stamp"))
+    recorded = recorded_results(fleets[0].parent)
+    sites = ("fra", "iad", "sg")
+    out: dict[str, Any] = {"recorded_kinds": len(recorded), "repeats": repeats, "sizes": {}}
+    for n in sizes:
+        runs = []
+        for _ in range(repeats):
+            results = {f"host-{i:04d}": json.loads(json.dumps(recorded[i % len(recorded)])) for i in range(n)}
+            site_of = {name: sites[i % len(sites)] for i, name in enumerate(results)}
+            t0 = time.perf_counter()
+            report = fleet_mod.build_report(results, started_at="2026-12-01T00:00:00+00:00", sites=site_of)
+            t1 = time.perf_counter()
+            with tempfile.TemporaryDirectory(prefix="report-build-", dir=work / "tmp") as tmp:
+                files = writer.write_all(report, tmp)  # renders the four formats and writes them
+                t2 = time.perf_counter()
+                sizes_b = {k: files[k].stat().st_size for k in writer.FILES}
+            render = {}
+            for key, fn in (
+                ("json", lambda r: json.dumps(r, sort_keys=True, indent=2, ensure_ascii=False)),
+                ("html", writer.render_html),
+                ("junit", writer.render_junit),
+                ("prometheus", writer.render_prometheus),
+            ):
+                r0 = time.perf_counter()
+                fn(report)
+                render[key] = time.perf_counter() - r0
+            runs.append({"build_s": t1 - t0, "write_s": t2 - t1, "render": render, "bytes": sizes_b})
+        med = {k: round(statistics.median(r[k] for r in runs), 3) for k in ("build_s", "write_s")}
+        out["sizes"][str(n)] = {
+            **med,
+            "render": {k: round(statistics.median(r["render"][k] for r in runs), 3) for k in runs[0]["render"]},
+            "per_host_ms": round(1000 * (med["build_s"] + med["write_s"]) / n, 3),
+            "bytes": runs[-1]["bytes"],
+        }
+    return out
+
+
 # ------------------------------------------------------------------------------------------------------ main
 
 
@@ -658,6 +809,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="after the timed runs, one profiled run per contender: module-process vs controller CPU, wall per task",
     )
+    ap.add_argument(
+        "--cli-baseline",
+        metavar="REF",
+        help="with contender audit-cli-base: the git commit whose src/gpufleet/runner.py that CLI runs",
+    )
+    ap.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up run of each contender")
+    ap.add_argument(
+        "--report-sizes",
+        default="",
+        help="also time the report build alone (fleet.build_report + the four writers, in this process) from "
+        "recorded audit results at these N, comma-separated (default: the --sizes)",
+    )
+    ap.add_argument("--no-report-build", action="store_true", help="skip the report-build measurement")
     ap.add_argument("--work", default=str(REPO / "build" / "bench"), help="fleets, logs, temp files (git-ignored)")
     ap.add_argument("--out", help="results JSON (default: bench/results/audit_scale-<date>.json)")
     ap.add_argument("--keep-logs", action="store_true", help="keep every run's log under WORK/runs/")
@@ -675,6 +839,11 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir = work / "runs" / dt.datetime.now().strftime("%Y%m%dT%H%M%S")
     runs_dir.mkdir(parents=True)
     env = base_env(work / "tmp", args.pipelining)
+    base_env_cli = env
+    if "audit-cli-base" in contenders:
+        if not args.cli_baseline:
+            ap.error("audit-cli-base needs --cli-baseline REF (the commit whose runner.py it runs)")
+        base_env_cli = cli_baseline_env(env, args.cli_baseline, work / "tmp")
     today = dt.date.today().isoformat()
     out_path = Path(args.out) if args.out else BENCH / "results" / f"audit_scale-{today}.json"
 
@@ -704,11 +873,12 @@ def main(argv: list[str] | None = None) -> int:
         here = [c for c in contenders if c != "naive" or n <= args.naive_max_size]
         size = results["sizes"][str(n)] = {"hosts": n, "contenders": {c: {"runs": []} for c in here}}
         # Warm-up (not timed): Python bytecode, page cache and Ansible's plugin caches for every contender.
-        for name in here if n == sizes[0] else []:
+        for name in here if n == sizes[0] and not args.no_warmup else []:
             if name == "naive":
                 continue  # the other contenders already warm everything it loads
             tmp = Path(tempfile.mkdtemp(prefix="warmup-", dir=work / "tmp"))
-            measure(command(name, inventory, args.forks, tmp / "reports", []), env, tmp / "log", 1.0, args.timeout)
+            warm_env = base_env_cli if name == "audit-cli-base" else env
+            measure(command(name, inventory, args.forks, tmp / "reports", []), warm_env, tmp / "log", 1.0, args.timeout)
             shutil.rmtree(tmp)
         for r in range(args.runs):
             for name in here:
@@ -716,7 +886,7 @@ def main(argv: list[str] | None = None) -> int:
                 log = runs_dir / f"{n}-{name}-{r + 1}.log"
                 res = measure(
                     command(name, inventory, args.forks, tmp / "reports", []),
-                    env,
+                    base_env_cli if name == "audit-cli-base" else env,
                     log,
                     args.sample_interval,
                     args.timeout,
@@ -724,6 +894,8 @@ def main(argv: list[str] | None = None) -> int:
                 why = check(name, res, log, tmp / "reports", hosts)
                 if why:
                     res["invalid"] = why
+                if name.startswith("audit"):
+                    res["report_bytes"] = report_sizes(tmp / "reports")
                 size["contenders"][name]["runs"].append(res)
                 shutil.rmtree(tmp)
                 print(
@@ -749,6 +921,16 @@ def main(argv: list[str] | None = None) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
+    if not args.no_report_build:
+        report_n = [int(x) for x in args.report_sizes.split(",") if x.strip()] or sizes
+        results["report_build"] = report_build(report_n, work)
+        for n, r in results["report_build"]["sizes"].items():
+            print(
+                f"N={n:<5} report build {r['build_s']:.2f} s + write {r['write_s']:.2f} s "
+                f"({r['per_host_ms']:.2f} ms/host), files {json.dumps(r['bytes'])}",
+                file=sys.stderr,
+                flush=True,
+            )
     results["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     summarize(results)

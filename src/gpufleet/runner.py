@@ -192,7 +192,11 @@ def run_playbook(
                 h.status, h.message = "unreachable", _message(res)
         if on_event is not None:
             on_event(event)
-        return True
+        # False: ansible-runner does not write the event to its artifact directory. Every event would be written
+        # there with the host's full result (an audit result is ~40 KB), into a temporary directory nobody reads:
+        # what the caller keeps is in ``hosts`` and, with keep_events, ``events``. (ansible-runner.run: event_handler
+        # "return True to keep the event"; Runner.event_callback writes only those.)
+        return False
 
     with tempfile.TemporaryDirectory(prefix="gpufleet-run-") as tmp:
         workdir = Path(tmp)
@@ -226,6 +230,9 @@ def run_playbook(
                 event_handler=handler,
                 cancel_callback=stopper.cancel,
                 quiet=quiet,
+                # Nor the run's stdout (artifacts/stdout, in the same temporary directory): quiet or not, the
+                # output goes to the terminal or nowhere.
+                suppress_output_file=True,
                 project_dir=str(root),
             )
     return RunResult(rc=r.rc, status=r.status, hosts=hosts, events=events, interrupted=stopper.interrupted)
