@@ -268,3 +268,27 @@ def test_remote_ends_on_nvswitches_count_links_per_gpu(roots):
     topo = collect(roots["hgx_h100"], gpus)
     assert topo["matrix"]["GPU0"]["GPU1"] == "NV18" and topo["matrix"]["GPU0"]["GPU2"] == "NV14"
     assert topo["matrix"]["GPU2"]["GPU7"] == "NV14" and topo["gpus"][2]["nvlink"]["via_nvswitch"] is True
+
+
+def test_hgx_with_one_hca_per_two_gpus(roots):
+    """The layout issue 17 names (two GPUs and one HCA per PCIe switch, two switches per socket); NVLink from the
+    GPUs' fabric state (no NVSwitch on this tree's PCI bus)."""
+    topo = collect(roots["hgx_h100_shared"], nvml_gpus("hgx_h100_shared"))
+    m = topo["matrix"]
+    assert [m["GPU0"][c] for c in ("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3")] == ["PIX", "NODE", "SYS", "SYS"]
+    assert [m["GPU1"][c] for c in ("mlx5_0", "mlx5_1")] == ["PIX", "NODE"]
+    assert m["GPU0"]["GPU1"] == "NV18"
+    assert [b["nic"] for b in topo["bindings"]] == [
+        "mlx5_0",
+        "mlx5_0",
+        "mlx5_1",
+        "mlx5_1",
+        "mlx5_2",
+        "mlx5_2",
+        "mlx5_3",
+        "mlx5_3",
+    ]
+    gpus = nvml_gpus("hgx_h100_shared")
+    for g in gpus:
+        g["nvlink"] = None
+    assert collect(roots["hgx_h100_shared"], gpus)["matrix"]["GPU0"]["GPU1"] == "PIX"

@@ -22,6 +22,8 @@ Platforms (``PLATFORMS``), each a plain description that tests can read back (``
   storage) on a root port of each socket; the four NVSwitches behind a switch of socket 0. The categories match
   the published ``nvidia-smi topo -m`` of a DGX H100 (tests/fixtures/topology/README.md names the source). The GPU
   bus numbers are the simulated NVML profile's (tests/sim/nvml/profiles.py HGX_BUSES).
+- ``hgx_h100_shared``: the same board as issue 17 describes it - two GPUs and one ConnectX-7 below each PCIe
+  switch, two switches per socket, no NVSwitch on the PCI bus (an OEM chassis; no published output to compare).
 - ``l40s_pcie``: a dual-socket 2U PCIe server with four L40S (2 x 32-core Xeon, SMT), each GPU on a root port of
   its own host bridge, a ConnectX-7 (Ethernet, 200 Gb/s) on a second root port of GPU1's and GPU3's host bridge
   (PHB to them, NODE to the other GPU of the socket, SYS across).
@@ -159,6 +161,26 @@ def _hgx_h100() -> dict[str, Any]:
     }
 
 
+def _hgx_h100_shared() -> dict[str, Any]:
+    # Two GPUs and one ConnectX-7 below each PCIe switch, two switches per socket (the layout issue 17 names; OEM
+    # HGX chassis with one HCA per two GPUs). Expected by construction, no published output: GPU pairs and their HCA
+    # PIX, the other switch of the socket NODE, the other socket SYS.
+    groups = [((0x18, 0x2A), 0), ((0x3A, 0x5D), 1), ((0x9A, 0xAB), 2), ((0xBA, 0xDB), 3)]
+    bridges = []
+    for n, ((a, b), nic) in enumerate(groups):
+        hb = a - 3
+        gpus = [_gpu(f"0000:{bus:02x}:00.0", 2 * n + k, "h100") for k, bus in enumerate((a, b))]
+        nic_dev = _nic(f"0000:{b + 1:02x}:00.0", f"ibp{b + 1}s0", f"mlx5_{nic}", "InfiniBand", 400000)
+        downs = [_bridge(f"0000:{hb + 2:02x}:{k:02x}.0", dev) for k, dev in enumerate([*gpus, nic_dev])]
+        tree = _bridge(f"0000:{hb:02x}:01.0", _bridge(f"0000:{hb + 1:02x}:00.0", *downs))
+        bridges.append({"name": f"pci0000:{hb:02x}", "node": n // 2, "parent": "", "children": [tree]})
+    return {
+        "description": "HGX H100 8-GPU, two GPUs and one HCA per PCIe switch",
+        "cpu": {"sockets": 2, "cores_per_socket": 56, "threads_per_core": 2},
+        "host_bridges": bridges,
+    }
+
+
 def _l40s_pcie() -> dict[str, Any]:
     gpus = [(0x37, 0x38, 0), (0x49, 0x4A, 1), (0xB7, 0xB8, 2), (0xC9, 0xCA, 3)]
     bridges = []
@@ -208,7 +230,12 @@ def _azure_nd_h100_v5() -> dict[str, Any]:
     }
 
 
-PLATFORMS = {"hgx_h100": _hgx_h100, "l40s_pcie": _l40s_pcie, "azure_nd_h100_v5": _azure_nd_h100_v5}
+PLATFORMS = {
+    "hgx_h100": _hgx_h100,
+    "hgx_h100_shared": _hgx_h100_shared,
+    "l40s_pcie": _l40s_pcie,
+    "azure_nd_h100_v5": _azure_nd_h100_v5,
+}
 
 
 def platform(name: str) -> dict[str, Any]:
