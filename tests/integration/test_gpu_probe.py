@@ -23,7 +23,7 @@ from gpufleet.runner import run_playbook
 
 pytestmark = pytest.mark.integration
 
-LIFETIME = 40  # seconds a stand-in runs at most, whatever happens to the test
+LIFETIME = 300  # seconds a stand-in runs at most if the test dies before it kills it (a loaded CI machine: minutes)
 BUSY = f"import time\nend = time.monotonic() + {LIFETIME}\nwhile time.monotonic() < end:\n    pass\n"
 IDLE = f"import time\ntime.sleep({LIFETIME})\n"
 SECONDS = 2.0
@@ -159,3 +159,47 @@ def test_cli_prints_gpus_processes_findings_and_exits_by_fail_on(fleet, standins
     assert probe("-l", "balanced", "--fail-on", "info").returncode == 0
     bad = probe("--seconds", "0")
     assert bad.returncode == 3 and "--seconds: must be between 0.5 and 60" in bad.stderr
+
+
+def test_bad_input_is_named_not_a_traceback(tmp_path, sim_lib):
+    """Each bad option fails that host with a message naming the option and what it takes."""
+    cases = {
+        "reads_zero": ({"reads": 0}, "reads: must be between 1 and 60, got 0"),
+        "smi_backend": ({"backend": "nvidia-smi"}, "backend: nvidia-smi cannot be used by the probe"),
+        "bad_policy": ({"policy": {"probe": {"gpu_idle_pct": 200}}}, "policy.probe.gpu_idle_pct: must be a percent"),
+        "bad_root": ({"root": str(tmp_path / "nope")}, "root: not a directory"),
+    }
+    hosts = {
+        name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "probe_args": args}
+        for name, (args, _msg) in cases.items()
+    }
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Bad input",
+                    "hosts": "all",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "Probe",
+                            "gpufleet.tuning.gpu_probe": {
+                                key: "{{ probe_args." + key + " | default(omit) }}"
+                                for key in ("reads", "backend", "policy", "root")
+                            }
+                            | {"sample_seconds": 0.5},
+                            "ignore_errors": True,
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    result = run_playbook(str(playbook), str(inventory))
+    for name, (_args, message) in cases.items():
+        res = result.hosts[name].results["Probe"]
+        assert result.hosts[name].status == "failed" and message in res["msg"], (name, res)
+        assert "Traceback (most recent call last)" not in str(res)
