@@ -71,10 +71,10 @@ def test_every_role_and_playbook_names_the_same_layers():
     assert list(ep.LAYERS) == want
     homes = {role.name: _policy_homes(role) for role in sorted((REPO / "roles").iterdir()) if role.is_dir()}
     homes = {name: files for name, files in homes.items() if files}
-    assert sorted(homes) == ["gpu_runtime", "host_tuning", "network_tuning", "nvidia_driver"]
+    assert sorted(homes) == ["gpu_runtime", "host_tuning", "network_tuning", "nvidia_driver", "watch"]
     assert all(len(files) == 1 for files in homes.values()), homes  # one home each
     assert homes["host_tuning"] == [REPO / "roles" / "host_tuning" / "tasks" / "targets.yml"]
-    sources = [REPO / "playbooks" / "audit.yml", REPO / "playbooks" / "remediate.yml"]
+    sources = [REPO / "playbooks" / name for name in ("audit.yml", "remediate.yml", "watch.yml", "probe.yml")]
     sources += [files[0] for files in homes.values()]
     for path in sources:
         assert _layer_list(path.read_text()) == want, path
