@@ -231,8 +231,9 @@ def run_playbook(
                 cancel_callback=stopper.cancel,
                 quiet=quiet,
                 # Nor the run's stdout (artifacts/stdout, in the same temporary directory): quiet or not, the
-                # output goes to the terminal or nowhere.
-                suppress_output_file=True,
+                # output goes to the terminal or nowhere. A setting (env/settings), not the keyword of the same
+                # name: ansible-runner 2.4 reads it from the settings and so ignores the keyword.
+                settings={"suppress_output_file": True},
                 project_dir=str(root),
             )
     return RunResult(rc=r.rc, status=r.status, hosts=hosts, events=events, interrupted=stopper.interrupted)
