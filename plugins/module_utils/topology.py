@@ -291,16 +291,17 @@ def collect(fs, gpus, run=None):
     devs = {g["index"]: reader.device(g["bdf"]) for g in found}
     nics = _nics(reader)
 
-    # Flattened: no GPU or NIC has a PCIe bridge above it (or they hang off a Hyper-V VMBus).
-    endpoints = list(devs.values()) + [n["_dev"] for n in nics]
-    known = [d for d in endpoints if d["found"]]
+    # Flattened: no GPU has a PCIe bridge above it (or the GPUs hang off a Hyper-V VMBus). Judged on the GPUs alone:
+    # a bare-metal host may have an onboard NIC on the root bus (an integrated endpoint), and without GPUs there is
+    # nothing to place.
+    known = [d for d in devs.values() if d["found"]]
     if known and all(d["vmbus"] for d in known):
         result["flat"] = True
         result["flat_reason"] = ("PCI devices sit on Hyper-V VMBus host bridges (pass-through); the PCIe tree is "
                                  "hidden, categories are NUMA only (NODE/SYS)")  # fmt: skip
     elif known and all(len(d["path"]) <= 1 for d in known):
         result["flat"] = True
-        result["flat_reason"] = ("no PCIe bridge above any GPU or NIC (a virtual root complex); the PCIe tree is "
+        result["flat_reason"] = ("no PCIe bridge above any GPU (a virtual root complex); the PCIe tree is "
                                  "hidden, categories are NUMA only (NODE/SYS)")  # fmt: skip
     flat = result["flat"]
 

@@ -292,3 +292,23 @@ def test_hgx_with_one_hca_per_two_gpus(roots):
     for g in gpus:
         g["nvlink"] = None
     assert collect(roots["hgx_h100_shared"], gpus)["matrix"]["GPU0"]["GPU1"] == "PIX"
+
+
+def test_onboard_nic_on_the_root_bus_does_not_make_a_host_flat(roots, tmp_path):
+    """A NIC on the root bus (an integrated endpoint, 00:1f.6 on many Intel boards) next to GPUs behind root ports:
+    not a flattened tree. Without GPUs nothing is judged flat."""
+    import shutil
+
+    root = tmp_path / "onboard"
+    shutil.copytree(roots["l40s_pcie"], root, symlinks=True)
+    d = root / "sys/devices/pci0000:00/0000:00:1f.6"
+    (d / "net/eno1").mkdir(parents=True)
+    (d / "numa_node").write_text("0\n")
+    os.symlink("../../../devices/pci0000:00/0000:00:1f.6", root / "sys/bus/pci/devices/0000:00:1f.6")
+    os.symlink("../../devices/pci0000:00/0000:00:1f.6/net/eno1", root / "sys/class/net/eno1")
+    topo = collect(root, nvml_gpus("l40s_pcie"))
+    assert topo["flat"] is False and topo["matrix"]["GPU0"]["eno1"] == "NODE"
+    assert collect(root, [])["flat"] is False  # the GPUs from the PCI bus: still behind root ports
+    for bdf in ("0000:38:00.0", "0000:4a:00.0", "0000:b8:00.0", "0000:ca:00.0"):
+        (root / "sys/bus/pci/devices" / bdf).unlink()
+    assert collect(root, [])["flat"] is False and collect(root, [])["gpus"] == []
