@@ -63,7 +63,10 @@ EXAMPLES = r"""
 
 - name: Write each host's gres.conf lines on the controller (nothing changes on the host)
   ansible.builtin.copy:
-    content: "{{ topo.topology.gres | join('\\n') }}\\n"
+    content: |
+      {% for line in topo.topology.gres %}
+      {{ line }}
+      {% endfor %}
     dest: "/tmp/gres/{{ inventory_hostname }}.conf"
     mode: "0644"
   delegate_to: localhost
