@@ -17,7 +17,7 @@ import hashlib
 import json
 import threading
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils import commands, gpu, host, links, nic, rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils import commands, gpu, host, links, nic, rules, topology
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 GATHER = ("gpu", "host", "network")
@@ -38,7 +38,7 @@ def run(module, policy, root="/", gather=GATHER, interfaces=None, sample_seconds
     """
     fs = HostFS(root)
     runner = commands.runner(module)
-    facts = {"gpu": None, "host": None, "network": None}
+    facts = {"gpu": None, "host": None, "network": None, "topology": None}
     if interfaces is None:
         interfaces = policy["network"]["interfaces"]
     if "network" in gather and not ethtool:
@@ -83,6 +83,14 @@ def run(module, policy, root="/", gather=GATHER, interfaces=None, sample_seconds
                                      kernel_log_since_hours=kernel_log_since_hours, meanwhile=gpu_and_network)
     else:
         gpu_and_network()
+
+    if "gpu" in gather and facts["gpu"] is not None:
+        # Where each GPU sits (NUMA node, CPUs, PCIe path, nearest NICs, NVLink peers) for the reports' topology
+        # view and ready bindings; sysfs reads only. A reader bug here must not cost the host its audit.
+        try:
+            facts["topology"] = topology.collect(fs, facts["gpu"].get("gpus") or [])
+        except Exception as exc:  # reported in the facts, as every reader reports what it could not read
+            facts["topology"] = {"available": False, "error": "topology: %s: %s" % (type(exc).__name__, exc)}
 
     link_facts = links.resolve(policy, measure=lambda peers: links.measure_rtt(peers, timeout=peer_timeout))
     facts["links"] = link_facts
