@@ -68,12 +68,12 @@ def _check_schemas(inputs: list[tuple[str, dict]]) -> None:
         versions.setdefault(report.get("schema") if isinstance(report, dict) else None, []).append(label)
     if len(versions) > 1:
         parts = "; ".join(f"{version!r}: {', '.join(labels)}" for version, labels in versions.items())
-        raise MergeError(f"the reports have different schema versions ({parts})", [label for label, _ in inputs])
-    [version] = versions
+        raise MergeError(f"the reports have different schema versions ({parts})", [label for label, _report in inputs])
+    version = next(iter(versions))
     if version != schema.SCHEMA:
         raise MergeError(
             f"{inputs[0][0]}: schema {version!r} cannot be merged (this gpufleet merges {schema.SCHEMA!r})",
-            [label for label, _ in inputs],
+            [label for label, _report in inputs],
         )
 
 
@@ -114,21 +114,21 @@ def _check_policies(inputs: list[tuple[str, dict]]) -> None:
         )
     digests = [(label, _run(report).get("policy_digest")) for label, report in inputs]
     digests = [(label, d) for label, d in digests if d]
-    if len({d for _, d in digests}) > 1:
+    if len({d for _label, d in digests}) > 1:
         listed = "; ".join(f"{label}: {d}" for label, d in digests)
         raise MergeError(
             f"the reports were judged by different policies (run.policy_digest): {listed}",
-            [label for label, _ in digests],
+            [label for label, _digest in digests],
         )
     by_host: dict[str, list[tuple[str, str]]] = {}
     for label, report in inputs:
         for name, host in report["hosts"].items():
             if host.get("policy_digest"):
                 by_host.setdefault(name, []).append((label, host["policy_digest"]))
-    differing = sorted(name for name, seen in by_host.items() if len({d for _, d in seen}) > 1)
+    differing = sorted(name for name, seen in by_host.items() if len({d for _label, d in seen}) > 1)
     if differing:
         name = differing[0]
-        labels = sorted({label for n in differing for label, _ in by_host[n]})
+        labels = sorted({label for n in differing for label, _digest in by_host[n]})
         detail = "; ".join(f"{label}: {digest}" for label, digest in by_host[name])
         raise MergeError(
             f"the reports judged {_some(differing)} by different policies (policy_digest of {name}: {detail})",
@@ -160,7 +160,7 @@ def _merge_catalogs(inputs: list[tuple[str, dict]]) -> list[dict]:
             "gpufleet version",
             labels,
         )
-    return [entry for _, entry in sorted(entries.values(), key=lambda item: item[1]["id"])]
+    return [entry for _label, entry in sorted(entries.values(), key=lambda item: item[1]["id"])]
 
 
 def _finished_key(position: int, report: dict) -> tuple:
@@ -192,7 +192,7 @@ def merge_reports(inputs: list[tuple[str, dict]], controller: str | None = None)
     MergeError (see the module's docstring). The inputs are not modified."""
     if not inputs:
         raise MergeError("no reports to merge")
-    labels = [label for label, _ in inputs]
+    labels = [label for label, _report in inputs]
     if len(set(labels)) != len(labels):
         twice = sorted({label for label in labels if labels.count(label) > 1})
         raise MergeError(f"{_some(twice)} given more than once", twice)
@@ -224,7 +224,7 @@ def merge_reports(inputs: list[tuple[str, dict]], controller: str | None = None)
             duplicates[name] = {"kept": kept, "dropped": dropped, "rule": DUPLICATE_RULE}
         hosts[name] = host
 
-    runs = [_run(report) for _, report in inputs]
+    runs = [_run(report) for _label, report in inputs]
     kept_counts = {i: 0 for i in range(len(inputs))}
     for i in chosen.values():
         kept_counts[i] += 1
@@ -247,7 +247,7 @@ def merge_reports(inputs: list[tuple[str, dict]], controller: str | None = None)
     ]
     incomplete = [
         f"{label}: {run.get('incomplete_reason') or 'incomplete'}"
-        for (label, _), run in zip(inputs, runs)
+        for (label, _report), run in zip(inputs, runs)
         if not run.get("complete")
     ]
     starts = [(schema.parse_time(run.get("started_at")), run.get("started_at")) for run in runs]
@@ -275,7 +275,7 @@ def merge_reports(inputs: list[tuple[str, dict]], controller: str | None = None)
         "schema": schema.SCHEMA,
         "tool": {
             "name": first_tool.get("name", "gpufleet"),
-            "version": _joined([(report.get("tool") or {}).get("version") for _, report in inputs]) or "",
+            "version": _joined([(report.get("tool") or {}).get("version") for _label, report in inputs]) or "",
         },
         "run": run_out,
         "summary": schema.summarize(hosts),
