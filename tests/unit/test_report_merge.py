@@ -278,3 +278,14 @@ def test_the_command_help_has_a_description_examples_and_exit_codes(capsys, monk
     assert "examples:\n  gpufleet report merge " in text and "\nexit codes: 0 " in text
     assert "run finished last" in text
     assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def test_the_same_report_given_twice_is_refused(slices, tmp_path, capsys):
+    a = _write(tmp_path / "a" / "report.json", slices[0])
+    assert cli.main(["report", "merge", a, a, "-o", str(tmp_path / "o")]) == exits.EXIT_USAGE
+    assert f"cannot merge: {a} given more than once" in capsys.readouterr().err
+    # A copy of a slice's report is the same run (its run id) under another name.
+    copy_of_a = _write(tmp_path / "copy" / "report.json", slices[0])
+    assert cli.main(["report", "merge", a, copy_of_a, "-o", str(tmp_path / "o")]) == exits.EXIT_USAGE
+    assert "are the same run (slice-a)" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
