@@ -663,7 +663,8 @@ def cli_baseline_env(env: dict[str, str], ref: str, tmp: Path) -> dict[str, str]
         ["git", "show", f"{ref}:src/gpufleet/runner.py"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout
     (base / "gpufleet" / "runner.py").write_text(old)
-    return {**env, "PYTHONPATH": str(base)}
+    # Outside the checkout, gpufleet finds the collection through GPUFLEET_COLLECTION (gpufleet.paths).
+    return {**env, "PYTHONPATH": str(base), "GPUFLEET_COLLECTION": str(REPO)}
 
 
 def recorded_results(fleet: Path, kinds: int = 8) -> list[dict[str, Any]]:
@@ -770,7 +771,12 @@ def _versions() -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="10,50", help="fleet sizes, comma-separated (default: %(default)s; 200 is slow)")
-    ap.add_argument("--runs", type=int, default=3, help="timed runs per contender and size (default: %(default)s)")
+    ap.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="timed runs per contender and size (default: %(default)s; 0 with --profile: the profiled runs only)",
+    )
     ap.add_argument("--forks", type=int, default=25, help="Ansible forks for every contender (default: %(default)s)")
     ap.add_argument(
         "--contenders",
@@ -830,7 +836,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     unknown = set(contenders) - set(CONTENDERS)
-    if unknown or not contenders or args.runs < 1 or any(n < 1 for n in sizes):
+    if unknown or not contenders or args.runs < (0 if args.profile else 1) or any(n < 1 for n in sizes):
         ap.error(f"bad --contenders/--runs/--sizes (contenders: {', '.join(CONTENDERS)})")
     if not SIM_LIB.is_file():
         ap.error(f"{SIM_LIB} is missing: run `make sim` first")
