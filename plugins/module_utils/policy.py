@@ -146,6 +146,9 @@ SPEC = {
                          "Ubuntu's prometheus-node-exporter); the checker writes gpufleet.prom there."),
         "state_file": ("/var/lib/gpufleet/watch-state.json", "str",
                        "The checker's last findings, to log what changed between runs."),
+        "probe_seconds": (0, "number",
+                          "Run the balance probe (HOST-BAL-001..004) for this many seconds in each watch run, so a "
+                          "job starved by its CPUs shows up between audits; 0: not (the rules then skip)."),
         "problem_severity": ("critical", "severity",
                              "A finding failing at or above this severity is a problem: the node-problem-detector "
                              "plugin exits 1 and, with watch.slurm.drain, the node is drained."),
@@ -412,6 +415,9 @@ def _validate_watch(policy):
         value = watch.get(key)
         if value is not None and not value.startswith("/"):
             raise PolicyError("policy.watch.%s: must be an absolute path, got %r" % (key, value))
+    probe_seconds = watch.get("probe_seconds")
+    if probe_seconds is not None and not 0 <= probe_seconds <= 30:
+        raise PolicyError("policy.watch.probe_seconds: must be 0 (off) to 30 seconds, got %r" % probe_seconds)
     fraction = (watch.get("slurm") or {}).get("max_drained_fraction")
     if fraction is not None and not 0 < fraction <= 1:
         raise PolicyError("policy.watch.slurm.max_drained_fraction: must be > 0 and <= 1, got %r (to never drain, "

@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.watch import bundle
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,7 +128,7 @@ def test_a_run_writes_only_its_outputs_and_changes_nothing_of_the_host(host):
     assert written == ["state/s.json", "textfile/gpufleet.prom"]
     text = (host["out"] / "textfile" / "gpufleet.prom").read_text()
     assert f'version="{host["version"]}"' in text and f'gpufleet_host_up{{host="{HOST}",status="ok"}} 1' in text
-    assert run.stdout.splitlines()[-1].startswith(f"gpufleet-watch {HOST}: 44 rules")
+    assert run.stdout.splitlines()[-1].startswith(f"gpufleet-watch {HOST}: {len(rules.RULES)} rules")
 
 
 def test_a_lost_gpu_is_logged_once_and_its_clearing_too(host):
@@ -144,3 +146,46 @@ def test_a_lost_gpu_is_logged_once_and_its_clearing_too(host):
         and "problems (critical and worse): GPU-HLT-002" in second.stdout
     )
     assert "GPU-HLT-002 cleared (was failing on GPU 2)" in cleared.stdout, cleared.stdout
+
+
+def test_the_watch_runs_the_balance_probe_when_the_policy_asks(host, tmp_path):
+    """watch.probe_seconds: the HOST-BAL rules are judged in the watch run (a job pinned to one CPU on an idle GPU)
+    instead of skipping as in an audit."""
+    busy = subprocess.Popen(
+        [
+            "taskset",
+            "-c",
+            "0",
+            sys.executable,
+            "-c",
+            "import time\nend = time.time() + 60\nwhile time.time() < end: pass",
+        ]
+    )
+    state = host["dir"] / "nvml.state"
+    original = state.read_text()
+    try:
+        lines = [x for x in original.splitlines() if not x.startswith(("gpu.0.processes=", "gpu.0.utilization_gpu="))]
+        state.write_text(
+            "\n".join(lines + [f"gpu.0.processes={busy.pid}:4294967296", "gpu.0.utilization_gpu=5"]) + "\n"
+        )
+        config = json.loads(host["config"].read_text())
+        config["policy"]["watch"]["probe_seconds"] = 1
+        config["policy"]["watch"]["textfile_dir"] = str(tmp_path / "textfile")
+        config["policy"]["watch"]["state_file"] = str(tmp_path / "state.json")
+        probe_config = tmp_path / "watch.json"
+        probe_config.write_text(json.dumps(config))
+        run = subprocess.run(
+            [str(host["checker"]), "--config", str(probe_config)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        busy.send_signal(signal.SIGKILL)
+        busy.wait(timeout=10)
+        state.write_text(original)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "HOST-BAL-003 started failing" in run.stdout, run.stdout
+    text = (tmp_path / "textfile" / "gpufleet.prom").read_text()
+    assert 'rule="HOST-BAL-003"' in text

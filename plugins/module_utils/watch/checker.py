@@ -35,9 +35,11 @@ import subprocess  # nosec B404  # runs the readers' fixed tools (ethtool, nvidi
 import sys
 import time
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils import audit_core, commands, prometheus_text
+from ansible_collections.gpufleet.tuning.plugins.module_utils import audit_core, commands, nvml, probe, prometheus_text
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rules as catalog
 from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
+from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
+from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import balance
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import SEVERITIES, PolicyError, validate
 from ansible_collections.gpufleet.tuning.plugins.module_utils.watch import slurm
 
@@ -171,6 +173,24 @@ def check(config):
                           kernel_log_file=audit["kernel_log_file"], kernel_log_lines=audit["kernel_log_lines"],
                           kernel_log_since_hours=audit["kernel_log_since_hours"], ethtool=audit["ethtool_path"],
                           peer_timeout=audit["peer_timeout"])
+
+
+def add_probe(config, result):
+    """With watch.probe_seconds, the balance probe's sample (module_utils/probe.py, as module gpu_probe takes it) and
+    the HOST-BAL rules judged on it, in place of the audit's "no probe sample" skips."""
+    seconds = config["policy"]["watch"]["probe_seconds"]
+    if not seconds:
+        return
+    try:
+        nv = nvml.load_pynvml(config["audit"]["nvml_library"])
+    except (ImportError, OSError) as exc:
+        sample = {"available": False, "error": "pynvml: %s" % exc, "gpus": [], "processes": []}
+    else:
+        sample = probe.collect(nv, sys_fs=HostFS(config["audit"]["root"]), proc_fs=HostFS("/"), sample_seconds=seconds)
+    judged = dict((f["rule"], f) for f in catalog.evaluate({"probe": sample}, config["policy"], rules=balance.RULES))
+    result["findings"] = [judged.get(f.get("rule"), f) for f in result["findings"]]
+    result["summary"] = catalog.summarize(result["findings"])
+    result["facts"]["probe"] = sample
 
 
 def _rank(severity):
@@ -364,6 +384,7 @@ def main(argv=None, version=None, out=None):
     result, error = None, None
     try:
         result = check(config)
+        add_probe(config, result)
     except CheckError as exc:
         error = str(exc)
     except Exception as exc:  # a reader bug must still leave a textfile that says the check failed
