@@ -3,7 +3,8 @@ by its path, once, under one name (``gpufleet_sim_<name>``) that every test shar
 
 - ``mkroot()``: tests/sim/host/mkroot.py, fixture host roots (/proc, /sys, /etc) for host_info and the host rules;
 - ``netroot()``: tests/sim/host/netroot.py, the network part of such a root (NICs, TCP settings, InfiniBand);
-- ``profiles()``: tests/sim/nvml/profiles.py, state files of the simulated libnvidia-ml.so.1.
+- ``profiles()``: tests/sim/nvml/profiles.py, state files of the simulated libnvidia-ml.so.1;
+- ``pcitree()``: tests/sim/host/pcitree.py, sysfs PCIe hierarchies of real platforms (HGX H100, PCIe L40S, a VM).
 """
 
 from __future__ import annotations
@@ -36,3 +37,7 @@ def netroot() -> ModuleType:
 
 def profiles() -> ModuleType:
     return load("gpufleet_sim_profiles", SIM / "nvml" / "profiles.py")
+
+
+def pcitree() -> ModuleType:
+    return load("gpufleet_sim_pcitree", SIM / "host" / "pcitree.py")

@@ -19,7 +19,7 @@ import simulators
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-pcitree = simulators.load("gpufleet_sim_pcitree", simulators.SIM / "host" / "pcitree.py")
+pcitree = simulators.pcitree()
 profiles = simulators.profiles()
 
 # host -> (pcitree platform, NVML profile, GPUs)

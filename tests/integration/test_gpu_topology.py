@@ -45,7 +45,7 @@ HOSTS = {
 
 
 def pcitree():
-    return simulators.load("gpufleet_sim_pcitree", simulators.SIM / "host" / "pcitree.py")
+    return simulators.pcitree()
 
 
 @pytest.fixture(scope="module")

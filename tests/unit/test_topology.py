@@ -21,7 +21,7 @@ NAMES = {"h100": "NVIDIA H100 80GB HBM3", "l40s": "NVIDIA L40S"}
 
 
 def pcitree():
-    return simulators.load("gpufleet_sim_pcitree", simulators.SIM / "host" / "pcitree.py")
+    return simulators.pcitree()
 
 
 def nvml_gpus(name: str, fabric: bool = True) -> list[dict]:
