@@ -535,7 +535,7 @@ def profile(
     ("controller side"). The playbooks also get ansible.posix.profile_tasks (wall per task)."""
     out: dict[str, Any] = {}
     for name in contenders:
-        if name == "audit-cli":
+        if name.startswith("audit-cli"):
             continue  # same playbook as audit-playbook; its extra cost is ansible-runner's
         tmp = Path(tempfile.mkdtemp(prefix=f"profile-{n}-{name}-", dir=work / "tmp"))
         calls = tmp / "module-calls.log"

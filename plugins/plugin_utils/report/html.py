@@ -6,6 +6,13 @@
 Everything from the report is escaped by jinja2's autoescape; the page's own script is pinned by a
 Content-Security-Policy hash, so even a value that slipped through could not run a script. The view model is
 built here, in Python, so the template only lays it out.
+
+Large fleets (more than LAZY_FROM_HOSTS hosts, issue 18): the summary, the fleet matrix and a short head per host
+are HTML as always, but each host's checks travel as JSON in one ``<script type="application/json">`` data block
+(never run; ``<``, ``>`` and ``&`` written as JSON escapes so the data cannot close it) and the page's own script
+builds a host's table with DOM calls (text nodes, no markup from the data) when the host is opened. Rationale and
+sources are sent once per rule; passing checks carry their message, not their values (report.json has those).
+A 1,000-host report is ~6 MB instead of ~60 MB, and the browser lays out the matrix without the hosts' tables.
 """
 
 from __future__ import annotations
@@ -32,6 +39,9 @@ _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 MAX_ITEM_ROWS = 256  # per finding; the rest is counted, the JSON report has them all
 INLINE_WIDTH = 40  # observed/expected up to this many characters are shown inline
 ONE_LINE_WIDTH = 100  # longer ones in a block, on one (wrapped) line up to this, else a line per key or item
+# Above this many hosts the hosts' checks are rendered on demand from a JSON data block (see the module docstring):
+# at 200 hosts a fully rendered page is ~12 MB, past the 10 MB issue 18 allows at 1,000.
+LAZY_FROM_HOSTS = 150
 
 # Labels of the cells that show no severity (rule and host statuses label themselves).
 _CELL_LABELS = {s: s for s in ("unreachable", "failed", "timeout", "error", "pass", "skip")} | {
@@ -88,15 +98,16 @@ def _csp_hash(text: Any) -> Markup:
     return Markup("'sha256-{}'").format(base64.b64encode(digest).decode("ascii"))  # the digest is escaped too
 
 
-def render_html(report: dict) -> str:
-    """The report as one HTML page (str)."""
-    return environment().get_template(TEMPLATE).render(page=build_view(report))
+def render_html(report: dict, lazy: bool | None = None) -> str:
+    """The report as one HTML page (str). ``lazy``: hosts' checks rendered on demand from a JSON data block;
+    by default when the report has more than LAZY_FROM_HOSTS hosts."""
+    return environment().get_template(TEMPLATE).render(page=build_view(report, lazy=lazy))
 
 
 # ------------------------------------------------------------------------------------------------ view model
 
 
-def build_view(report: dict) -> dict[str, Any]:
+def build_view(report: dict, lazy: bool | None = None) -> dict[str, Any]:
     """What the template shows, with every value already a string, number, bool, list or dict."""
     run = report.get("run") if isinstance(report.get("run"), dict) else {}
     tool = report.get("tool") if isinstance(report.get("tool"), dict) else {}
@@ -112,6 +123,8 @@ def build_view(report: dict) -> dict[str, Any]:
         title += f" \u2013 {inventory}"
     if run.get("finished_at"):
         title += f" \u2013 {run['finished_at']}"
+    lazy = len(host_views) > LAZY_FROM_HOSTS if lazy is None else bool(lazy)
+    catalog_views = [_catalog_view(e) for e in sorted(catalog.values(), key=lambda e: e["id"])]
     return {
         "title": title,
         "tool": f"{tool.get('name') or 'gpufleet'} {tool.get('version') or ''}".strip(),
@@ -137,8 +150,73 @@ def build_view(report: dict) -> dict[str, Any]:
         "grouped": any(h["site"] for h in host_views),
         "host_status_labels": HOST_STATUS_LABELS,
         "legend_cells": _LEGEND_CELLS,
-        "catalog": [_catalog_view(e) for e in sorted(catalog.values(), key=lambda e: e["id"])],
+        "catalog": catalog_views,
+        "lazy": lazy,
+        "host_data": _host_data(host_views, catalog_views) if lazy else Markup(""),
     }
+
+
+# ------------------------------------------------------------------------------------------ the lazy host data
+
+# A passing or skipped check in the data block: [rule, status, severity, area, message].
+_OTHER_KEYS = ("rule", "status", "severity", "area", "message")
+
+
+def _sanitized(value: Any) -> Any:
+    """``value`` with every string through _printable (what the template's finalize does for its values)."""
+    if isinstance(value, str):
+        return _printable(value)
+    if isinstance(value, dict):
+        return {str(_printable(str(k))): _sanitized(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_sanitized(v) for v in value]
+    return value
+
+
+def _lean_value(view: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in view.items() if v not in ("", [], False)}
+
+
+def _lean_finding(f: dict[str, Any]) -> dict[str, Any]:
+    """A failing check as the page's script needs it: rationale and sources come from the catalog block."""
+    out = {k: f[k] for k in ("rule", "status", "severity", "area", "title", "message") if f[k]}
+    out["observed"] = _lean_value(f["observed"])
+    out["expected"] = _lean_value(f["expected"])
+    fix = {k: v for k, v in f["fix"].items() if v}
+    if fix:
+        out["fix"] = fix
+    if f["items"]["rows"]:
+        out["items"] = f["items"]
+    return out
+
+
+def script_json(data: Any) -> Markup:
+    """JSON text that is safe as the content of a ``<script type="application/json">`` element: no ``<``, ``>``
+    or ``&`` (written as \\u003c, \\u003e, \\u0026, which JSON.parse reads back), so no ``</script>`` or
+    ``<!--`` in the data can end or change the element (HTML's script data state)."""
+    text = json.dumps(_sanitized(data), ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    for ch, esc in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(ch, esc)
+    return Markup(text)
+
+
+def _host_data(hosts: list[dict[str, Any]], catalog: list[dict[str, Any]]) -> Markup:
+    """The data block of a lazy page: per host anchor its failing checks (``f``) and the others (``o``), and per
+    rule its title, rationale and sources (``rules``)."""
+    data = {
+        "hosts": {
+            h["anchor"]: {
+                "f": [_lean_finding(f) for f in h["findings"]],
+                "o": [[o[k] for k in _OTHER_KEYS] for o in h["others"]],
+            }
+            for h in hosts
+            if h["findings"] or h["others"]
+        },
+        "rules": {
+            e["id"]: {"title": e["title"], "rationale": e["rationale"], "references": e["references"]} for e in catalog
+        },
+    }
+    return script_json(data)
 
 
 def _text(value: Any) -> str:
