@@ -40,6 +40,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     options.fail_on(parser)
     options.forks(parser)
     options.host_timeout(parser)
+    parser.add_argument(
+        "--worker",
+        action="append",
+        default=[],
+        metavar="REGION=ssh://USER@NODE[:PORT]",
+        help="audit the hosts of inventory group REGION from the execution node NODE inside that region, on "
+        "ansible-runner's streaming workers (transmit -> `ansible-runner worker` over SSH -> process); repeat per "
+        "region. Also the inventory variable gpufleet_worker (per group). NODE needs playbooks/execution_node.yml",
+    )
+    parser.add_argument(
+        "--worker-ssh-args",
+        default="",
+        metavar="ARGS",
+        help="extra ssh(1) options for reaching the execution nodes (e.g. '-i KEY -o UserKnownHostsFile=FILE')",
+    )
     parser.set_defaults(func=run)
 
 
@@ -153,12 +168,98 @@ def run_audit(
     return report, None
 
 
+def run_with_workers(
+    args: argparse.Namespace, out: Path, overrides: dict[str, Any], plan, host_names: list[str]
+) -> tuple[dict[str, Any], str | None]:
+    """The audit with regions run by their execution nodes (gpufleet.workers) and the other hosts direct: one
+    report from every part's results (the same report builder as the playbook's), each host with its ``via``."""
+    import shlex
+    from datetime import datetime, timezone
+
+    from ansible_collections.gpufleet.tuning.plugins.action.audit_report import POLICY_LAYERS
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils import fleet
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
+
+    from gpufleet import workers
+
+    extravars = {
+        "gpufleet_policy_overrides": overrides,
+        "gpufleet_policy_sources": [str(Path(args.policy).resolve())] if args.policy else [],
+        "gpufleet_fail_run": False,
+    }
+    if getattr(args, "host_timeout", None):
+        extravars["gpufleet_host_timeout"] = args.host_timeout
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    regions = ", ".join(f"{w.region} ({len(n)} via {w.url})" for w, n in plan.by_worker.items())
+    print(
+        f"gpufleet: auditing {len(host_names)} host(s) from {options.shown(args.inventory)}: {regions}"
+        + (f", {len(plan.direct)} direct" if plan.direct else ""),
+        file=sys.stderr,
+    )
+    # a worker still streaming after every host's timeout (and the node's own start-up) is given up
+    timeout_s = 4 * (getattr(args, "host_timeout", None) or 120) + 120
+    outcome = workers.run_all(
+        plan,
+        list(args.inventory),
+        PLAYBOOK,
+        AUDIT_ACTION,
+        extravars,
+        forks=args.forks,
+        ssh_args=shlex.split(args.worker_ssh_args or ""),
+        on_event=Progress(len(host_names)),
+        quiet=not args.verbose,
+        timeout_s=timeout_s,
+    )
+    for run in outcome.workers:
+        said = f": {run.error}" if run.error else ""
+        print(f"gpufleet: worker {run.worker.region}: {run.status} in {run.wall_s:.1f} s{said}", file=sys.stderr)
+    sites = {}
+    for name in host_names:
+        for layer in POLICY_LAYERS[:-1]:
+            value = plan.hostvars.get(name, {}).get(layer)
+            if isinstance(value, dict) and isinstance(value.get("site"), str) and value["site"]:
+                sites[name] = value["site"]
+    interrupted = outcome.direct.interrupted if outcome.direct is not None else None
+    report = fleet.build_report(
+        outcome.results,
+        started_at=started_at,
+        inventory=", ".join(str(Path(i).resolve()) for i in args.inventory),
+        limit=args.limit,
+        policy_sources=extravars["gpufleet_policy_sources"],
+        complete=not interrupted,
+        incomplete_reason=f"interrupted by {interrupted}" if interrupted else None,
+        sites=sites,
+    )
+    for name, host in report["hosts"].items():
+        host["via"] = outcome.via.get(name, workers.DIRECT)
+    report["run"]["workers"] = [
+        {
+            "region": r.worker.region,
+            "url": r.worker.url,
+            "hosts": len(plan.by_worker[r.worker]),
+            "status": r.status,
+            "error": r.error,
+            "wall_s": round(r.wall_s, 2),
+        }
+        for r in outcome.workers
+    ]
+    files = writer.write_all(report, out)
+    report["_files"] = {k: str(v) for k, v in files.items()}
+    return report, interrupted
+
+
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
     overrides, host_names = preflight.prepare(args, out)
     from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import terminal
 
-    report, interrupted = run_audit(args, out, overrides, host_names)
+    from gpufleet import workers
+
+    plan = workers.plan(list(args.inventory), host_names, getattr(args, "worker", None) or [])
+    if plan.by_worker:
+        report, interrupted = run_with_workers(args, out, overrides, plan, host_names)
+    else:
+        report, interrupted = run_audit(args, out, overrides, host_names)
     if report is None:
         return exits.EXIT_HOSTS
     files = report.pop("_files")

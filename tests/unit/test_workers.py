@@ -1,0 +1,154 @@
+"""gpufleet.workers: the --worker URL, which hosts go through which worker (option, inventory variable, direct),
+reading the worker's events, and a worker whose SSH fails (a real ssh to a closed port on loopback, the real
+transmit and process): its hosts unreachable with ssh's reason."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from gpufleet import paths, workers
+from gpufleet.exits import UsageError
+
+
+def test_parse_url_defaults_and_parts():
+    w = workers.parse_option("eu=ssh://ops@exec-eu.example:2222")
+    assert (w.region, w.user, w.host, w.port, w.venv) == ("eu", "ops", "exec-eu.example", 2222, "/opt/gpufleet/venv")
+    assert w.via == "worker:eu"
+    assert w.collections == "/opt/gpufleet/collections"
+    w = workers.parse_option("us=ssh://exec-us/srv/gf/venv/")
+    assert (w.user, w.port, w.venv, w.collections) == (None, None, "/srv/gf/venv", "/srv/gf/collections")
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("eu", "expected REGION=ssh://"),
+        ("eu=http://node", "must be an ssh:// URL"),
+        ("eu=ssh://user@node:99999", "port must be a number"),
+        ("eu=ssh://user@node?x=1", "only ssh://user@exec-node"),
+        ("e u=ssh://node", "REGION must be a name"),
+        ("=ssh://node", "REGION must be a name"),
+        ("eu=ssh://", "names no execution node"),
+    ],
+)
+def test_parse_option_errors_name_the_problem(text, says):
+    with pytest.raises(UsageError, match=says):
+        workers.parse_option(text)
+
+
+def test_ssh_command_runs_the_venvs_worker():
+    w = workers.parse_option("eu=ssh://ops@node:2200/opt/my venv")
+    cmd = w.ssh_command(["-i", "key"])
+    assert cmd[0] == "ssh" and "BatchMode=yes" in cmd and cmd[-2] == "ops@node"
+    assert cmd[cmd.index("-p") + 1] == "2200" and "-i" in cmd
+    assert cmd[-1] == "PATH='/opt/my venv/bin':$PATH exec ansible-runner worker"
+
+
+@pytest.fixture
+def inventory(tmp_path):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(
+        json.dumps(
+            {
+                "all": {
+                    "vars": {"ansible_connection": "local"},
+                    "children": {
+                        "eu": {"hosts": {"eu1": {}, "eu2": {"x": 1}}},
+                        "us": {"hosts": {"us1": {}}, "vars": {"gpufleet_worker": "ssh://ops@exec-us"}},
+                        "apac": {
+                            "hosts": {"ap1": {}},
+                            "vars": {"gpufleet_worker": "ssh://exec-ap:22", "gpufleet_worker_region": "apac"},
+                        },
+                        "home": {"hosts": {"h1": {}}},
+                    },
+                }
+            }
+        )
+    )
+    paths.import_collection()
+    return str(inv)
+
+
+def test_plan_option_inventory_variable_and_direct(inventory):
+    names = ["eu1", "eu2", "us1", "ap1", "h1"]
+    plan = workers.plan([inventory], names, ["eu=ssh://ops@exec-eu"])
+    by = {w.region: hosts for w, hosts in plan.by_worker.items()}
+    assert by == {"eu": ["eu1", "eu2"], "exec-us": ["us1"], "apac": ["ap1"]}
+    assert plan.direct == ["h1"]
+    assert plan.via() == {
+        "eu1": "worker:eu",
+        "eu2": "worker:eu",
+        "us1": "worker:exec-us",
+        "ap1": "worker:apac",
+        "h1": "direct",
+    }
+    # what the region's job ships: the hosts' own and group variables, not Ansible's magic ones
+    assert plan.hostvars["eu2"]["x"] == 1 and plan.hostvars["eu2"]["ansible_connection"] == "local"
+    assert "inventory_hostname" not in plan.hostvars["eu2"] and "groups" not in plan.hostvars["eu2"]
+
+
+def test_plan_option_wins_over_inventory_and_limit_is_kept(inventory):
+    plan = workers.plan([inventory], ["us1"], ["us=ssh://other-node"])
+    assert [(w.region, h) for w, h in plan.by_worker.items()] == [("us", ["us1"])]
+
+
+def test_plan_without_workers_is_all_direct(inventory):
+    plan = workers.plan([inventory], ["eu1", "h1"], [])
+    assert plan.direct == ["eu1", "h1"] and not plan.by_worker
+
+
+def test_plan_region_that_matches_no_host(inventory):
+    with pytest.raises(UsageError, match="no host of the inventory is in 'mars'"):
+        workers.plan([inventory], ["eu1"], ["mars=ssh://node"])
+
+
+def test_plan_region_given_twice(inventory):
+    with pytest.raises(UsageError, match="given twice"):
+        workers.plan([inventory], ["eu1"], ["eu=ssh://a", "eu=ssh://b"])
+
+
+def _event(kind, host, res, action="gpufleet.tuning.audit"):
+    return {"event": kind, "event_data": {"host": host, "task": "Audit", "resolved_action": action, "res": res}}
+
+
+def test_collect_reads_results_as_the_runner_does():
+    hosts = {}
+    workers.collect(hosts, _event("runner_on_ok", "a", {"findings": [], "_ansible_no_log": False}))
+    workers.collect(hosts, _event("runner_on_unreachable", "b", {"msg": "ssh: connect to host b: No route"}))
+    workers.collect(hosts, _event("runner_on_failed", "c", {"msg": "boom\nmore"}))
+    workers.collect(hosts, {"event": "playbook_on_start", "event_data": {}})
+    assert hosts["a"].status == "ok" and hosts["a"].actions["gpufleet.tuning.audit"] == {"findings": []}
+    assert hosts["b"].status == "unreachable" and hosts["b"].actions["gpufleet.tuning.audit"]["unreachable"]
+    assert hosts["c"].status == "failed" and hosts["c"].message == "Audit: boom"
+
+
+def test_unreachable_result_reads_as_unreachable_in_the_report():
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils import fleet
+
+    w = workers.parse_option("eu=ssh://node")
+    entry = fleet.host_entry(workers.unreachable_result(w, "ssh ssh://node: Connection refused"))
+    assert entry["status"] == "unreachable"
+    assert entry["message"] == "worker eu (ssh://node) failed: ssh ssh://node: Connection refused"
+
+
+def test_worker_whose_ssh_is_refused(tmp_path):
+    """A real ssh to a loopback port nothing listens on: the job is packed (transmit), ssh fails, the processor
+    sees the stream end; the run says why, with ssh's own words, and every host of the region is unreachable."""
+    paths.import_collection()
+    with socket.socket() as s:  # a free port, closed again: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    w = workers.parse_option(f"eu=ssh://nobody@127.0.0.1:{port}")
+    plan = workers.Plan(by_worker={w: ["eu1", "eu2"]}, hostvars={"eu1": {}, "eu2": {}})
+    outcome = workers.run_all(
+        plan, [], "audit.yml", "gpufleet.tuning.audit", {}, ssh_args=["-o", "UserKnownHostsFile=/dev/null"]
+    )
+    (run,) = outcome.workers
+    assert run.error and "Connection refused" in run.error, run.error
+    assert set(outcome.results) == {"eu1", "eu2"}
+    for result in outcome.results.values():
+        assert result["unreachable"] and "Connection refused" in result["msg"]
+    assert outcome.direct is None
