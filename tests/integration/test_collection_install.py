@@ -22,12 +22,14 @@ TARBALL = REPO / "build" / f"{GALAXY['namespace']}-{GALAXY['name']}-{GALAXY['ver
 # What may sit at the top of the tarball (galaxy.yml's comment says why); anything new must be a decision.
 SHIPPED_TOP = {
     "MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.md", "LICENSE", "COPYING", "ansible.cfg", "bindep.txt",
-    "changelogs", "docs", "inventories", "meta", "playbooks", "plugins", "roles", "tests",
+    "changelogs", "docs", "inventories", "meta", "monitoring", "playbooks", "plugins", "roles", "tests",
 }
 REQUIRED = [
     "playbooks/audit.yml", "plugins/modules/audit.py", "plugins/action/audit_report.py",
     "plugins/plugin_utils/report/templates/report.html.j2", "meta/runtime.yml", "ansible.cfg", "bindep.txt",
     "inventories/local/hosts.yml", "inventories/example/hosts.yml", "tests/sanity/ignore-2.19.txt",
+    "playbooks/watch.yml", "roles/watch/tasks/main.yml", "plugins/modules/watch_install.py",
+    "monitoring/prometheus/gpufleet-alerts.yml", "monitoring/grafana/gpufleet-dashboard.json",
 ]
 MAX_BYTES = 1024 * 1024
 
