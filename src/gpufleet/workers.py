@@ -126,6 +126,29 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+def mentions_worker(inventory: list[str], limit_bytes: int = 50_000_000) -> bool:
+    """Whether any inventory source (a file, or the files under a directory: group_vars, host_vars) names the
+    ``gpufleet_worker`` variable: without it and without --worker, the audit need not read every host's variables
+    again (at 1,000 hosts that costs seconds). A dynamic inventory whose files do not spell the name: use
+    --worker."""
+    needle = WORKER_VAR.encode()
+    seen = 0
+    for source in inventory:
+        root = Path(source)
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for path in files:
+            try:
+                size = path.stat().st_size
+                if seen + size > limit_bytes:
+                    return True  # too much to read: assume it may, and let plan() read the variables
+                seen += size
+                if needle in path.read_bytes():
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 def plan(inventory: list[str], host_names: list[str], options: list[str]) -> Plan:
     """Assign each host: a ``--worker REGION=URL`` (REGION an inventory group or pattern; the first option that
     matches a host wins), else its ``gpufleet_worker`` inventory variable, else direct."""

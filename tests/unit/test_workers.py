@@ -152,3 +152,14 @@ def test_worker_whose_ssh_is_refused(tmp_path):
     for result in outcome.results.values():
         assert result["unreachable"] and "Connection refused" in result["msg"]
     assert outcome.direct is None
+
+
+def test_mentions_worker_reads_the_inventory_files(tmp_path, inventory):
+    assert workers.mentions_worker([inventory])
+    plain = tmp_path / "plain"
+    (plain / "group_vars").mkdir(parents=True)
+    (plain / "hosts.yml").write_text("all: {hosts: {a: {}}}\n")
+    (plain / "group_vars" / "all.yml").write_text("gpufleet_policy: {}\n")
+    assert not workers.mentions_worker([str(plain)])
+    (plain / "group_vars" / "eu.yml").write_text("gpufleet_worker: ssh://exec-eu\n")
+    assert workers.mentions_worker([str(plain / "hosts.yml"), str(plain)])

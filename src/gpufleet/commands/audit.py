@@ -255,8 +255,11 @@ def run(args: argparse.Namespace) -> int:
 
     from gpufleet import workers
 
-    plan = workers.plan(list(args.inventory), host_names, getattr(args, "worker", None) or [])
-    if plan.by_worker:
+    worker_options = getattr(args, "worker", None) or []
+    plan = None
+    if worker_options or workers.mentions_worker(list(args.inventory)):
+        plan = workers.plan(list(args.inventory), host_names, worker_options)
+    if plan is not None and plan.by_worker:
         report, interrupted = run_with_workers(args, out, overrides, plan, host_names)
     else:
         report, interrupted = run_audit(args, out, overrides, host_names)
