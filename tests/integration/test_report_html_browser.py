@@ -446,10 +446,14 @@ def test_timeout_badge_does_not_read_as_critical(badges):
 # ------------------------------------------------------------------------------ 1,000 hosts (issue 18)
 
 # Time to first contentful paint of the 1,000-host report (7.5 MB), from navigation start. Measured on the 2-core
-# lab machine with other test runs on both cores (load average 20-30): 0.16-1.0 s in six runs, once 6.8 s (an
-# earlier 4.8 MB build of this page at load 25, the file itself taking 2.8 s to read); the matrix paints before
-# the page finishes parsing (DOM interactive 0.9-2.3 s). 15 s is twice the worst seen: room for a loaded CI
-# machine, and still a failure for a page that makes the reader wait for every host's checks.
+# lab machine with other test runs on both cores (load average 8-30): 0.16-1.0 s in seven runs, once 6.8 s (an
+# earlier 4.8 MB build of this page at load 25, the file itself taking 2.8 s to read). 15 s is twice the worst
+# seen: room for a loaded CI machine, and a failure for a page whose first paint waits on a script or a resource.
+# Chromium paints the top of a long page early whatever follows (the same report rendered in full, 37 MB, painted
+# at 0.28 s), so what the on-demand page buys is measured against that page, in the same run: the time until the
+# page is usable (DOM interactive: its script has run, the filters work) was 1.3 s against 8.1 s at load 8.
+# INTERACTIVE_GAIN_MIN asks for 2x, well inside that 6x.
+INTERACTIVE_GAIN_MIN = 2.0
 FIRST_PAINT_MAX_MS = 15_000
 _PAINT = """new Promise((done) => {
   const out = {};
@@ -512,6 +516,21 @@ def test_1000_hosts_first_render_and_hosts_on_demand(tmp_path):
         assert timing["first-contentful-paint"] <= FIRST_PAINT_MAX_MS, timing
         assert devtools.evaluate("document.documentElement.getAttribute('data-filters-ready')") == "1"
         assert devtools.evaluate("document.querySelectorAll('#matrix tr[data-host]').length") == 1000
+        # The same report with every host's checks as HTML (what the page was before issue 18), in this browser.
+        full = tmp_path / "report-full.html"
+        full.write_text(report_html.render_html(report, lazy=False), encoding="utf-8")
+        (tmp_path / "full").mkdir()
+        other = DevTools(tmp_path / "full")
+        try:
+            other.open(full.as_uri())
+            full_timing = json.loads(_await(other, _PAINT))
+        finally:
+            other.close()
+        print(
+            f"the same rendered in full, {full.stat().st_size / 1e6:.1f} MB: first contentful paint "
+            f"{full_timing['first-contentful-paint']:.0f} ms, DOM interactive {full_timing['domInteractive']:.0f} ms"
+        )
+        assert timing["domInteractive"] * INTERACTIVE_GAIN_MIN <= full_timing["domInteractive"], (timing, full_timing)
         assert devtools.evaluate("document.querySelectorAll('tr.finding').length") == 0  # nothing rendered yet
         by_status = report["summary"]["findings"]["by_status"]
         total = f"1000 of 1000 hosts, {by_status['fail'] + by_status['warn']} findings shown"
