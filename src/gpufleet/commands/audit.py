@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--worker-ssh-args",
         default="",
         metavar="ARGS",
-        help="extra ssh(1) options for reaching the execution nodes (e.g. '-i KEY -o UserKnownHostsFile=FILE')",
+        help="extra ssh(1) options for the execution nodes, with '=' (--worker-ssh-args='-i KEY -p 22')",
     )
     parser.set_defaults(func=run)
 
