@@ -36,6 +36,9 @@ DEFAULT_VENV = "/opt/gpufleet/venv"
 WORKER_VAR = "gpufleet_worker"  # inventory variable (per group or host): the region's worker URL
 REGION_VAR = "gpufleet_worker_region"  # optional: the region's name (default: the worker node's host name)
 DIRECT = "direct"
+# the ssh processes of the workers running now: a stop signal kills them (their streams end, their runs return)
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
 # SSH to the execution node: never prompt, notice a dead link (ssh(1): ServerAliveInterval x ServerAliveCountMax).
 SSH_BASE = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "-o", "ServerAliveInterval=15"]
 SSH_BASE += ["-o", "ServerAliveCountMax=4"]
@@ -297,6 +300,8 @@ def run_worker(
                 )
             except OSError as exc:
                 return WorkerRun(worker, hosts, "error", None, f"ssh: {exc}", time.monotonic() - started)
+            with _LIVE_LOCK:
+                _LIVE.add(proc)
             timer = None
             timed_out = threading.Event()
             if timeout_s:
@@ -329,6 +334,8 @@ def run_worker(
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     ssh_rc = proc.wait()
+                with _LIVE_LOCK:
+                    _LIVE.discard(proc)
         status, rc = processed.status, processed.rc
         error = None
         explanation = next((s.get("job_explanation") for s in reversed(statuses) if s.get("job_explanation")), None)
@@ -358,6 +365,15 @@ class Outcome:
     via: dict[str, str]
     workers: list[WorkerRun]
     direct: Any = None
+    interrupted: str | None = None  # "SIGINT" / "SIGTERM": the audit was stopped; hosts without a result have None
+
+
+def stop_workers() -> None:
+    """Kill the ssh of every worker running now (ansible-runner worker on the node stops when its input ends)."""
+    with _LIVE_LOCK:
+        for proc in list(_LIVE):
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()  # ssh ends its session (and a ProxyCommand) on SIGTERM
 
 
 def run_all(
@@ -375,7 +391,7 @@ def run_all(
     """Every region's worker (each in its own thread) and the direct hosts (from this thread, so that Ctrl-C
     stops them as a plain audit does), at the same time. ``action``: the module whose result is a host's audit;
     ``extravars``: the run's extra vars, the report directory left to each part (the caller builds the report)."""
-    from gpufleet.runner import run_playbook
+    from gpufleet.runner import Stopper, run_playbook
 
     lock = threading.Lock()
 
@@ -412,6 +428,19 @@ def run_all(
                 quiet=quiet,
                 on_event=locked,
             )
+    interrupted = direct.interrupted if direct is not None else None
+    if interrupted:
+        stop_workers()
+    else:  # Ctrl-C or SIGTERM while only workers run: stop them, keep what arrived
+        stopper = Stopper()
+        with stopper.installed():
+            pending = list(threads)
+            while pending and not stopper.signals:
+                pending[0].join(timeout=0.2)
+                pending = [t for t in pending if t.is_alive()]
+        if stopper.signals:
+            interrupted = stopper.interrupted
+            stop_workers()
     for thread in threads:
         thread.join()
     results: dict[str, dict[str, Any] | None] = {}
@@ -422,8 +451,8 @@ def run_all(
         for name in the_plan.by_worker[run.worker]:
             host = run.hosts.get(name)
             result = host.actions.get(action) if host else None
-            if result is None and run.error:
+            if result is None and run.error and not interrupted:
                 result = unreachable_result(run.worker, run.error)
             results[name] = result
     runs.sort(key=lambda r: r.worker.region)
-    return Outcome(results, the_plan.via(), runs, direct)
+    return Outcome(results, the_plan.via(), runs, direct, interrupted)

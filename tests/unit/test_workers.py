@@ -163,3 +163,26 @@ def test_mentions_worker_reads_the_inventory_files(tmp_path, inventory):
     assert not workers.mentions_worker([str(plain)])
     (plain / "group_vars" / "eu.yml").write_text("gpufleet_worker: ssh://exec-eu\n")
     assert workers.mentions_worker([str(plain / "hosts.yml"), str(plain)])
+
+
+def test_ctrl_c_stops_the_workers_and_keeps_the_hosts_unanswered(tmp_path):
+    """SIGINT while only workers run (an ssh that waits on a ProxyCommand that never answers: a hung link): the
+    workers' ssh is killed at once, the outcome says SIGINT, and the region's hosts have no result (the report marks
+    them interrupted) instead of being called unreachable."""
+    import os
+    import signal
+    import threading
+    import time
+
+    paths.import_collection()
+    w = workers.parse_option("eu=ssh://nobody@hung.invalid")
+    plan = workers.Plan(by_worker={w: ["eu1"]}, hostvars={"eu1": {}})
+    threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    started = time.monotonic()
+    outcome = workers.run_all(
+        plan, [], "audit.yml", "gpufleet.tuning.audit", {}, ssh_args=["-o", "ProxyCommand=sleep 8"]
+    )
+    assert time.monotonic() - started < 15
+    assert outcome.interrupted == "SIGINT"
+    assert outcome.results == {"eu1": None}
+    assert not workers._LIVE

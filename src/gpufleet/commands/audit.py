@@ -219,7 +219,7 @@ def run_with_workers(
             value = plan.hostvars.get(name, {}).get(layer)
             if isinstance(value, dict) and isinstance(value.get("site"), str) and value["site"]:
                 sites[name] = value["site"]
-    interrupted = outcome.direct.interrupted if outcome.direct is not None else None
+    interrupted = outcome.interrupted
     report = fleet.build_report(
         outcome.results,
         started_at=started_at,
