@@ -210,3 +210,16 @@ def test_failed_worker_makes_its_hosts_unreachable_others_report(lab):
     assert "worker eu" in t1["message"] and "Connection refused" in t1["message"], t1["message"]
     assert t2["status"] == "ok" and t2["via"] == "direct"
     assert report["run"]["workers"][0]["error"]
+
+
+def test_worker_that_fails_on_the_node(lab):
+    """The node answers SSH but has no ansible-runner where the URL says (a node not prepared): the worker's own
+    error is the hosts' reason; the region with a good worker still reports through it."""
+    good, bad = f"ssh://root@{lab['addr']}", f"ssh://root@{lab['addr']}/opt/missing/venv"
+    res, report = _audit(
+        lab, "no-runner", "--worker", f"eu={bad}", "--worker", f"us={good}", f"--worker-ssh-args={lab['ssh']}"
+    )
+    assert res.returncode == 2, res.stderr[-3000:]
+    t1, t2 = report["hosts"]["t1"], report["hosts"]["t2"]
+    assert t1["status"] == "unreachable" and "ansible-runner" in t1["message"] and "not found" in t1["message"]
+    assert t2["status"] == "ok" and t2["via"] == "worker:us"
