@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import shutil
-import subprocess
+import subprocess  # nosec B404  # ssh to the execution node, an argv list, no shell
 import tempfile
 import threading
 import time
@@ -295,7 +295,7 @@ def run_worker(
         err_path = Path(tmp) / "ssh.stderr"
         with open(stream, "rb") as stdin, open(err_path, "wb") as stderr:
             try:
-                proc = subprocess.Popen(
+                proc = subprocess.Popen(  # nosec B603  # argv list (ssh, the node's ansible-runner worker), no shell
                     worker.ssh_command(ssh_args), stdin=stdin, stdout=subprocess.PIPE, stderr=stderr
                 )
             except OSError as exc:
