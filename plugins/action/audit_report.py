@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpufleet.tuning.plugins.module_utils import policy
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils import fleet
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
 
@@ -27,7 +28,7 @@ ARGUMENT_SPEC = dict(
 
 
 # The policy layers, lowest first (the audit module merges them in this order; filter effective_policy too).
-POLICY_LAYERS = ("gpufleet_policy", "gpufleet_policy_group", "gpufleet_policy_host", "gpufleet_policy_overrides")
+POLICY_LAYERS = policy.LAYERS
 
 
 def _policy_site(hostvars, name):

@@ -42,7 +42,7 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as p
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
 
 # The inventory variables, in merge order; the audit playbook, the CLI and every role use these names.
-LAYERS = ("gpufleet_policy", "gpufleet_policy_group", "gpufleet_policy_host", "gpufleet_policy_overrides")
+LAYERS = policy_mod.LAYERS
 
 
 def _plain(value):

@@ -21,6 +21,17 @@ ARGUMENT_SPEC = dict(
 )
 
 
+# A read-only GPU module's options: the backend's and the root the host is read under.
+READER_SPEC = dict(ARGUMENT_SPEC, root=dict(type="path", default="/"))
+
+
+def check_reader_params(module):
+    """check_params, and ``root`` must be a directory."""
+    check_params(module)
+    if not os.path.isdir(module.params["root"]):
+        module.fail_json(msg="root: not a directory: %s" % module.params["root"])
+
+
 def check_params(module):
     """Operator errors in the shared options: fail naming the option."""
     params = module.params

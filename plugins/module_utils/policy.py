@@ -391,6 +391,20 @@ def merge_layers(layers, names=None):
     return merged
 
 
+# The policy layers as the playbooks pass them to a module (option `policy`), first to last.
+LAYERS = ("gpufleet_policy", "gpufleet_policy_group", "gpufleet_policy_host", "gpufleet_policy_overrides")
+
+
+def from_option(layers, known_rules=None):
+    """The validated policy from a module's `policy` option: one mapping, or the list of layers (LAYERS order)
+    merged with each layer's dotted keys expanded. PolicyError names the key path (or the layer)."""
+    if not isinstance(layers, (dict, list)):
+        raise PolicyError("policy: expected a mapping or a list of mappings (the policy layers), got %s"
+                          % type(layers).__name__)
+    merged = merge_layers(layers, names=LAYERS) if isinstance(layers, list) else layers
+    return validate(merged, known_rules=known_rules)
+
+
 def _validate_positive(policy):
     for path, rule in sorted(POSITIVE.items()):
         section, key = path.split(".")

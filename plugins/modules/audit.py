@@ -178,19 +178,16 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.tuning.plugins.module_utils import audit_core, gpu, ifname, rules
-from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, merge_layers, validate
-
-POLICY_LAYERS = ("gpufleet_policy", "gpufleet_policy_group", "gpufleet_policy_host", "gpufleet_policy_overrides")
+from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, from_option
 
 
 def main():
-    argument_spec = dict(gpu.ARGUMENT_SPEC)
+    argument_spec = dict(gpu.READER_SPEC)
     argument_spec.update(
         policy=dict(type="raw", default={}),
         gather=dict(type="list", elements="str", choices=["gpu", "host", "network"],
                     default=["gpu", "host", "network"]),
         include_facts=dict(type="bool", default=True),
-        root=dict(type="path", default="/"),
         interfaces=dict(type="list", elements="str"),
         sample_seconds=dict(type="float", default=1.0),
         kernel_log=dict(type="str", default="auto", choices=["auto", "dmesg", "journal", "file", "none"]),
@@ -203,18 +200,11 @@ def main():
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
 
-    layers = params["policy"]
-    if not isinstance(layers, (dict, list)):
-        module.fail_json(msg="policy: expected a mapping or a list of mappings (the policy layers), got %s"
-                             % type(layers).__name__)
     try:
-        merged = merge_layers(layers, names=POLICY_LAYERS) if isinstance(layers, list) else layers
-        policy = validate(merged, known_rules=rules.BY_ID)
+        policy = from_option(params["policy"], known_rules=rules.BY_ID)
     except PolicyError as exc:
         module.fail_json(msg=str(exc))
-    gpu.check_params(module)
-    if not os.path.isdir(params["root"]):
-        module.fail_json(msg="root: not a directory: %s" % params["root"])
+    gpu.check_reader_params(module)
     if not 0 <= params["sample_seconds"] <= 10:
         module.fail_json(msg="sample_seconds: must be between 0 and 10, got %s" % params["sample_seconds"])
     if not 1 <= params["kernel_log_lines"] <= 100000:

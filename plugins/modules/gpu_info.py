@@ -273,7 +273,6 @@ gpus:
     source: {description: Where the values came from (pynvml or nvidia-smi)., type: str}
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu
@@ -281,12 +280,8 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import Host
 
 
 def main():
-    argument_spec = dict(gpu.ARGUMENT_SPEC)
-    argument_spec["root"] = dict(type="path", default="/")
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    gpu.check_params(module)
-    if not os.path.isdir(module.params["root"]):
-        module.fail_json(msg="root: not a directory: %s" % module.params["root"])
+    module = AnsibleModule(argument_spec=dict(gpu.READER_SPEC), supports_check_mode=True)
+    gpu.check_reader_params(module)
     facts = gpu.read(module, HostFS(module.params["root"]))
     module.exit_json(changed=False, **facts)
 

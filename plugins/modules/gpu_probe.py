@@ -130,36 +130,26 @@ policy:
   type: dict
 """
 
-import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu, nvml, probe, rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
-from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, merge_layers, validate
+from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, from_option
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import balance
-
-POLICY_LAYERS = ("gpufleet_policy", "gpufleet_policy_group", "gpufleet_policy_host", "gpufleet_policy_overrides")
 
 
 def main():
-    argument_spec = dict(gpu.ARGUMENT_SPEC)
+    argument_spec = dict(gpu.READER_SPEC)
     argument_spec.update(
         policy=dict(type="raw", default={}),
         sample_seconds=dict(type="float", default=probe.SAMPLE_SECONDS),
         reads=dict(type="int", default=probe.READS),
-        root=dict(type="path", default="/"),
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
-    layers = params["policy"]
-    if not isinstance(layers, (dict, list)):
-        module.fail_json(
-            msg="policy: expected a mapping or a list of mappings (the policy layers), got %s" % type(layers).__name__
-        )
     try:
-        merged = merge_layers(layers, names=POLICY_LAYERS) if isinstance(layers, list) else layers
-        policy = validate(merged, known_rules=rules.BY_ID)
+        policy = from_option(params["policy"], known_rules=rules.BY_ID)
     except PolicyError as exc:
         module.fail_json(msg=str(exc))
     if not 0.5 <= params["sample_seconds"] <= probe.MAX_SAMPLE_SECONDS:
@@ -174,9 +164,7 @@ def main():
             msg="backend: nvidia-smi cannot be used by the probe (it reads NVML's utilization several "
             "times and its process list); use auto or pynvml"
         )
-    gpu.check_params(module)
-    if not os.path.isdir(params["root"]):
-        module.fail_json(msg="root: not a directory: %s" % params["root"])
+    gpu.check_reader_params(module)
 
     try:
         nv = nvml.load_pynvml(params["nvml_library"])

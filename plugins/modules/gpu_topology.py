@@ -135,7 +135,6 @@ topology:
       sample: ["Name=gpu Type=h100 File=/dev/nvidia0 Cores=0-55 Links=-1,18,18,18,18,18,18,18"]
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu, topology
@@ -143,12 +142,8 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import Host
 
 
 def main():
-    argument_spec = dict(gpu.ARGUMENT_SPEC)
-    argument_spec["root"] = dict(type="path", default="/")
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    gpu.check_params(module)
-    if not os.path.isdir(module.params["root"]):
-        module.fail_json(msg="root: not a directory: %s" % module.params["root"])
+    module = AnsibleModule(argument_spec=dict(gpu.READER_SPEC), supports_check_mode=True)
+    gpu.check_reader_params(module)
     fs = HostFS(module.params["root"])
     # One read of the GPUs, no error-counter sampling: only identity, NVLink and NUMA are used here.
     facts = gpu.read(module, fs, sample_seconds=0)
