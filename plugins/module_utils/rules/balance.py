@@ -33,17 +33,33 @@ def _gpu_processes(probe):
     return [p for p in probe.get("processes") or [] if p.get("visible") and p.get("gpus")]
 
 
+def _sampled_processes(facts):
+    """(probe facts, its GPU processes, None), or (probe or None, None, the skip result) when there is nothing to
+    judge: no sample, NVML unreadable, or no process held a GPU."""
+    probe, skipped = _sample(facts)
+    if skipped:
+        return None, None, skipped
+    procs = _gpu_processes(probe)
+    if not procs:
+        return probe, None, skip("no process held a GPU during the sample")
+    return probe, procs, None
+
+
+def _verdict(items, observed, expected, line, passing, prefix=""):
+    """Fail with ``prefix`` and one ``line(item)`` per item joined by "; ", else pass with ``passing``."""
+    if items:
+        return result("fail", observed, expected, prefix + "; ".join(line(i) for i in items), items=items)
+    return result("pass", observed, expected, passing)
+
+
 def _gpus_by_index(probe):
     return dict((g["index"], g) for g in probe.get("gpus") or [] if not g.get("lost"))
 
 
 def check_input_bound(facts, pol):
-    probe, skipped = _sample(facts)
+    probe, procs, skipped = _sampled_processes(facts)
     if skipped:
         return skipped
-    procs = _gpu_processes(probe)
-    if not procs:
-        return skip("no process held a GPU during the sample")
     idle, saturated = pol["probe"]["gpu_idle_pct"], pol["probe"]["cpu_saturated_pct"]
     gpus = _gpus_by_index(probe)
     expected = "no GPU under %s%% busy while its process's allowed CPUs are >= %s%% busy" % (idle, saturated)
@@ -70,29 +86,21 @@ def check_input_bound(facts, pol):
             items.append(dict(pid=p["pid"], name=p.get("name"), **seen))
     if not observed:
         return skip("GPU utilization or CPU time of the GPU processes not readable")
-    if items:
-        return result(
-            "fail",
-            observed,
-            expected,
-            "input-bound: %s"
-            % "; ".join(
-                "PID %s (%s) on GPU(s) %s: GPU %s%% busy, its CPUs (%s) %s%% busy"
-                % (i["pid"], i["name"], i["gpus"], i["gpu_pct"], i["allowed_cpus"], i["cpu_saturation_pct"])
-                for i in items
-            ),
-            items=items,
-        )
-    return result("pass", observed, expected, "no GPU process is starved by saturated CPUs")
+    return _verdict(
+        items,
+        observed,
+        expected,
+        lambda i: "PID %s (%s) on GPU(s) %s: GPU %s%% busy, its CPUs (%s) %s%% busy"
+        % (i["pid"], i["name"], i["gpus"], i["gpu_pct"], i["allowed_cpus"], i["cpu_saturation_pct"]),
+        "no GPU process is starved by saturated CPUs",
+        prefix="input-bound: ",
+    )
 
 
 def check_far_numa(facts, pol):
-    probe, skipped = _sample(facts)
+    probe, procs, skipped = _sampled_processes(facts)
     if skipped:
         return skipped
-    procs = _gpu_processes(probe)
-    if not procs:
-        return skip("no process held a GPU during the sample")
     node_cpus = {}
     for node, text in (probe.get("numa_nodes") or {}).items():
         cpus = set(decoders.parse_cpulist(text or ""))
@@ -131,28 +139,20 @@ def check_far_numa(facts, pol):
                 items.append(dict(pid=p["pid"], name=p.get("name"), allowed_has_no_local_cpu=no_near_cpu, **seen))
     if not observed:
         return skip("the GPUs' NUMA nodes are not known")
-    if items:
-        return result(
-            "fail",
-            observed,
-            expected,
-            "; ".join(
-                "PID %s (%s) runs %s%% on CPUs %s, off GPU %s's NUMA node %s"
-                % (i["pid"], i["name"], i["far_pct"], i["ran_on"], i["gpu"], i["gpu_numa_node"])
-                for i in items
-            ),
-            items=items,
-        )
-    return result("pass", observed, expected, "GPU processes run on their GPU's NUMA node")
+    return _verdict(
+        items,
+        observed,
+        expected,
+        lambda i: "PID %s (%s) runs %s%% on CPUs %s, off GPU %s's NUMA node %s"
+        % (i["pid"], i["name"], i["far_pct"], i["ran_on"], i["gpu"], i["gpu_numa_node"]),
+        "GPU processes run on their GPU's NUMA node",
+    )
 
 
 def check_pinned_too_narrow(facts, pol):
-    probe, skipped = _sample(facts)
+    probe, procs, skipped = _sampled_processes(facts)
     if skipped:
         return skipped
-    procs = _gpu_processes(probe)
-    if not procs:
-        return skip("no process held a GPU during the sample")
     minimum = pol["cpu"]["min_cpus_per_gpu"]
     expected = "a pinned GPU process allowed >= %d CPUs per GPU it holds" % minimum
     observed, items = {}, []
@@ -163,19 +163,14 @@ def check_pinned_too_narrow(facts, pol):
         # Not pinned: the process may use every CPU, and a host with too few of them is HOST-CPU-002's finding.
         if p["pinned"] and per_gpu < minimum:
             items.append(dict(pid=p["pid"], name=p.get("name"), **seen))
-    if items:
-        return result(
-            "fail",
-            observed,
-            expected,
-            "; ".join(
-                "PID %s (%s) pinned to CPUs %s: %s per GPU"
-                % (i["pid"], i["name"], i["allowed_cpus"], i["cpus_per_gpu"])
-                for i in items
-            ),
-            items=items,
-        )
-    return result("pass", observed, expected, "no GPU process is pinned to fewer CPUs than policy asks")
+    return _verdict(
+        items,
+        observed,
+        expected,
+        lambda i: "PID %s (%s) pinned to CPUs %s: %s per GPU"
+        % (i["pid"], i["name"], i["allowed_cpus"], i["cpus_per_gpu"]),
+        "no GPU process is pinned to fewer CPUs than policy asks",
+    )
 
 
 def check_swapping_under_gpu_jobs(facts, pol):
