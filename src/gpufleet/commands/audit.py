@@ -119,6 +119,19 @@ def partial_report(args: argparse.Namespace, out: Path, result, host_names: list
     return report
 
 
+def _audit_extravars(args: argparse.Namespace, overrides: dict) -> dict:
+    """The audit playbook's variables from the command line: policy overrides and their sources, the per-host
+    timeout. The CLI exits by the audit's verdict itself (--fail-on, exit codes): the playbook does not fail the run."""
+    extravars = {
+        "gpufleet_policy_overrides": overrides,
+        "gpufleet_policy_sources": [str(Path(args.policy).resolve())] if args.policy else [],
+        "gpufleet_fail_run": False,
+    }
+    if getattr(args, "host_timeout", None):
+        extravars["gpufleet_host_timeout"] = args.host_timeout
+    return extravars
+
+
 def run_audit(
     args: argparse.Namespace,
     out: Path,
@@ -132,15 +145,7 @@ def run_audit(
     without a report gets a partial one, marked incomplete."""
     from datetime import datetime, timezone
 
-    extravars = {
-        "gpufleet_report_dir": str(out),
-        "gpufleet_policy_overrides": overrides,
-        "gpufleet_policy_sources": [str(Path(args.policy).resolve())] if args.policy else [],
-        # The CLI exits by the audit's verdict itself (--fail-on, exit codes): the playbook does not fail the run.
-        "gpufleet_fail_run": False,
-    }
-    if getattr(args, "host_timeout", None):
-        extravars["gpufleet_host_timeout"] = args.host_timeout
+    extravars = {"gpufleet_report_dir": str(out), **_audit_extravars(args, overrides)}
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     print(f"gpufleet: {label} {len(host_names)} host(s) from {options.shown(args.inventory)}", file=sys.stderr)
     result = run_playbook(
@@ -182,13 +187,7 @@ def run_with_workers(
 
     from gpufleet import workers
 
-    extravars = {
-        "gpufleet_policy_overrides": overrides,
-        "gpufleet_policy_sources": [str(Path(args.policy).resolve())] if args.policy else [],
-        "gpufleet_fail_run": False,
-    }
-    if getattr(args, "host_timeout", None):
-        extravars["gpufleet_host_timeout"] = args.host_timeout
+    extravars = _audit_extravars(args, overrides)
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     regions = ", ".join(f"{w.region} ({len(n)} via {w.url})" for w, n in plan.by_worker.items())
     print(
