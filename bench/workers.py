@@ -22,7 +22,6 @@ import datetime as dt
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib.ansible_link import ANSIBLE_DEPS, SSHD_CONFIG, sshd_image  # noqa: E402
+from benchlib.ansible_link import ANSIBLE_DEPS, SSHD_CONFIG, ssh_keys, sshd_image  # noqa: E402
 from benchlib.base import (  # noqa: E402
     REPO,
     RESULTS,
@@ -122,9 +121,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         lab.start_emulator()
         keys = tmp / "keys"
         keys.mkdir()
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "id_ed25519"), "-C", "gpufleet-bench"])
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "ssh_host_ed25519_key")])
-        shutil.copy(keys / "id_ed25519.pub", keys / "authorized_keys")
+        ssh_keys(keys, keys, "gpufleet-bench")
         region = lab.addr("b", 1)
         roles = {"node": 22, **{f"t{i:02d}": FIRST_PORT + i - 1 for i in range(1, args.targets + 1)}}
         token = secrets.token_hex(2)

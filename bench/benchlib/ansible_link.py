@@ -65,6 +65,15 @@ def sshd_image() -> str:
     return image
 
 
+def ssh_keys(client: Path, host: Path, comment: str) -> Path:
+    """A client key pair (``client/id_ed25519``) that sshd accepts (``host/authorized_keys``) and the host key
+    (``host/ssh_host_ed25519_key``); returns the client's private key."""
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(client / "id_ed25519"), "-C", comment])
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host / "ssh_host_ed25519_key")])
+    shutil.copy(client / "id_ed25519.pub", host / "authorized_keys")
+    return client / "id_ed25519"
+
+
 def sshd_log_counts(text: str) -> dict[str, int]:
     return {
         "tcp_connections": len(re.findall(r"Connection from \S+ port \d+ on", text)),
@@ -185,9 +194,7 @@ def measure(args: argparse.Namespace) -> int:
             # keys and sshd config for the target, in a directory only this run uses
             bench_dir = tmp / "target"
             bench_dir.mkdir()
-            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp / "id_ed25519"), "-C", "gpufleet-wan"])
-            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(bench_dir / "ssh_host_ed25519_key")])
-            shutil.copy(tmp / "id_ed25519.pub", bench_dir / "authorized_keys")
+            ssh_keys(tmp, bench_dir, "gpufleet-wan")
             target = lab.addr("b", 1)
             (bench_dir / "sshd_config").write_text(SSHD_CONFIG.format(addr=target))
             name = f"{PREFIX}{lab.token}-target"
