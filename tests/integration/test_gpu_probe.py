@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import labkit
 import pytest
 import yaml
 
@@ -169,35 +170,11 @@ def test_bad_input_is_named_not_a_traceback(tmp_path, sim_lib):
         "bad_policy": ({"policy": {"probe": {"gpu_idle_pct": 200}}}, "policy.probe.gpu_idle_pct: must be a percent"),
         "bad_root": ({"root": str(tmp_path / "nope")}, "root: not a directory"),
     }
-    hosts = {
-        name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "probe_args": args}
-        for name, (args, _msg) in cases.items()
-    }
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "Bad input",
-                    "hosts": "all",
-                    "gather_facts": False,
-                    "tasks": [
-                        {
-                            "name": "Probe",
-                            "gpufleet.tuning.gpu_probe": {
-                                key: "{{ probe_args." + key + " | default(omit) }}"
-                                for key in ("reads", "backend", "policy", "root")
-                            }
-                            | {"sample_seconds": 0.5},
-                            "ignore_errors": True,
-                        }
-                    ],
-                }
-            ]
-        )
-    )
+    hosts = {name: labkit.local_host(probe_args=args) for name, (args, _msg) in cases.items()}
+    inventory = labkit.write_inventory(tmp_path, hosts)
+    probe_args = {key: "{{ probe_args." + key + " | default(omit) }}" for key in ("reads", "backend", "policy", "root")}
+    task = {"name": "Probe", "gpufleet.tuning.gpu_probe": {**probe_args, "sample_seconds": 0.5}, "ignore_errors": True}
+    playbook = labkit.write_play(tmp_path, labkit.play("Bad input", tasks=[task]))
     result = run_playbook(str(playbook), str(inventory))
     for name, (_args, message) in cases.items():
         res = result.hosts[name].results["Probe"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import labkit
 import pytest
 import simulators
-import yaml
 
 from gpufleet.runner import run_playbook
 
@@ -66,28 +66,15 @@ def fleet(tmp_path_factory, profiles, sim_lib):
             "topology_root": str(root),
         }
     hosts["bad_root"] = {**hosts["hgx"], "topology_root": str(tmp / "missing")}
-    inventory = tmp / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    playbook = tmp / "play.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "gpu_topology against simulated hosts",
-                    "hosts": "all",
-                    "gather_facts": False,
-                    "environment": {"LD_LIBRARY_PATH": "{{ sim_lib_dir }}", "FAKE_NVML_STATE": "{{ sim_state }}"},
-                    "tasks": [
-                        {
-                            "name": TASK,
-                            "gpufleet.tuning.gpu_topology": {"root": "{{ topology_root }}"},
-                            "check_mode": "{{ inventory_hostname == 'l40s' }}",
-                        }
-                    ],
-                }
-            ],
-            sort_keys=False,
-        )
+    inventory = labkit.write_inventory(tmp, hosts)
+    task = {
+        "name": TASK,
+        "gpufleet.tuning.gpu_topology": {"root": "{{ topology_root }}"},
+        "check_mode": "{{ inventory_hostname == 'l40s' }}",
+    }
+    environment = {"LD_LIBRARY_PATH": "{{ sim_lib_dir }}", "FAKE_NVML_STATE": "{{ sim_state }}"}
+    playbook = labkit.write_play(
+        tmp, labkit.play("gpu_topology against simulated hosts", tasks=[task], environment=environment)
     )
     result = run_playbook(str(playbook), str(inventory), forks=4)
     assert set(result.hosts) == set(hosts)
