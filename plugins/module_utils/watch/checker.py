@@ -93,9 +93,9 @@ class HostModule(object):
         env = dict(os.environ)
         env.update(environ_update or {})
         try:
-            # argv list, no shell; the programs are the readers' fixed tools, found in a fixed PATH
-            proc = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # nosec B603
-                                  stderr=subprocess.PIPE, env=env, timeout=120, check=False)
+            pipe = subprocess.PIPE
+            proc = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=pipe,  # nosec B603  # argv list, no shell
+                                  stderr=pipe, env=env, timeout=120, check=False)
         except subprocess.TimeoutExpired as exc:
             return 124, "", "%s: timed out after %s s" % (args[0], exc.timeout)
         except OSError as exc:
