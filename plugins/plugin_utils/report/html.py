@@ -138,6 +138,7 @@ def build_view(report: dict, lazy: bool | None = None) -> dict[str, Any]:
             "controller": _text(run.get("controller")),
             "policy_sources": [_text(p) for p in run.get("policy_sources") or [] if p is not None],
             "incomplete_reason": _text(run.get("incomplete_reason")),
+            "workers": _workers_view(run.get("workers")),
         },
         "complete": run.get("complete") is not False,
         "summary": summary,
@@ -309,6 +310,7 @@ def _host_view(index: int, name: str, host: Any, catalog: dict[str, dict]) -> di
         "message": _text(host.get("message")),
         "down_label": _DOWN_LABELS.get(status, "Audit failed"),
         "site": site if isinstance(site, str) and site else "",
+        "via": _text(host.get("via")),  # issue 18: "direct" or "worker:REGION" in runs with execution nodes
         "status_label": HOST_STATUS_LABELS.get(status, status),
         "by_severity": by_severity,
         "gpus": _gpu_summary(gpu),
@@ -322,6 +324,22 @@ def _host_view(index: int, name: str, host: Any, catalog: dict[str, dict]) -> di
         "counts": {s: counts.get(s, 0) for s in schema.STATUSES},
         "finding_count": counts.get("fail", 0) + counts.get("warn", 0),
     }
+
+
+def _workers_view(workers: Any) -> list[str]:
+    """run.workers (gpufleet audit --worker): one line per region's execution node."""
+    out = []
+    for w in workers if isinstance(workers, list) else []:
+        if not isinstance(w, dict):
+            continue
+        line = f"{_text(w.get('region'))} via {_text(w.get('url'))}: {_text(w.get('hosts'))} hosts"
+        line += f", {_text(w.get('status'))}"
+        if w.get("wall_s") is not None:
+            line += f", {_text(w.get('wall_s'))} s"
+        if w.get("error"):
+            line += f" ({_text(w.get('error'))})"
+        out.append(line)
+    return out
 
 
 def _gpu_summary(gpu: dict) -> str:

@@ -121,6 +121,8 @@ def _gpu_line(host: dict) -> str:
     driver = gpu.get("driver") if isinstance(gpu.get("driver"), dict) else {}
     if driver.get("version"):
         parts.append(f"driver {driver['version']}")
+    if host.get("via"):  # issue 18: runs with execution nodes say how each host was reached
+        parts.append(f"via {clean(host['via'])}")
     return ", ".join(parts)
 
 
@@ -183,6 +185,11 @@ def render_terminal(report: dict, color: bool = False) -> str:
         if run.get(key):
             head.append(f"{label} {clean(run[key])}")
     out.append("  ".join(head))
+    for w in run.get("workers") if isinstance(run.get("workers"), list) else []:
+        if isinstance(w, dict):
+            line = f"worker {clean(w.get('region'))} via {clean(w.get('url'))}: {clean(w.get('hosts'))} hosts"
+            line += f", {clean(w.get('status'))}"
+            out.append(line + (f" ({clean(w['error'])})" if w.get("error") else ""))
     if run.get("complete") is False:
         out.append(
             paint(
