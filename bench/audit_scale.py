@@ -379,8 +379,10 @@ def check(name: str, result: dict[str, Any], log: Path, out_dir: Path, expected:
     return None
 
 
-def base_env(tmp: Path, pipelining: bool) -> dict[str, str]:
-    """The environment of every contender: ansible.cfg of this checkout, Ansible's temp files under tmp."""
+def base_env(tmp: Path, pipelining: bool, strategy: str | None = None) -> dict[str, str]:
+    """The environment of every contender: ansible.cfg of this checkout, Ansible's temp files under tmp; with
+    ``strategy``, ANSIBLE_STRATEGY for all of them (without, the playbooks and ping run ansible.builtin.linear and
+    the CLI its own default, gpufleet.tuning.linear)."""
     env = dict(os.environ)
     env.update(
         {
@@ -398,8 +400,11 @@ def base_env(tmp: Path, pipelining: bool) -> dict[str, str]:
         "ANSIBLE_FORKS",
         "ANSIBLE_INVENTORY",
         "ANSIBLE_PIPELINING",
+        "ANSIBLE_STRATEGY",
     ):
         env.pop(key, None)
+    if strategy:
+        env["ANSIBLE_STRATEGY"] = strategy
     if pipelining:
         # ansible.cfg turns pipelining on for ssh only; the local connection then copies each module to a temp
         # dir and runs it (mkdir, write, chmod, run, rm). With this, one exec per call, as over ssh.
@@ -805,6 +810,11 @@ def main(argv: list[str] | None = None) -> int:
         "module to a temp dir; ansible.cfg pipelines ssh only)",
     )
     ap.add_argument(
+        "--strategy",
+        help="ANSIBLE_STRATEGY for every contender, e.g. gpufleet.tuning.linear (default: none set: the playbooks "
+        "and ping run ansible.builtin.linear, the CLI gpufleet.tuning.linear)",
+    )
+    ap.add_argument(
         "--timeout",
         type=float,
         default=1800,
@@ -844,7 +854,7 @@ def main(argv: list[str] | None = None) -> int:
     (work / "tmp").mkdir(parents=True, exist_ok=True)
     runs_dir = work / "runs" / dt.datetime.now().strftime("%Y%m%dT%H%M%S")
     runs_dir.mkdir(parents=True)
-    env = base_env(work / "tmp", args.pipelining)
+    env = base_env(work / "tmp", args.pipelining, args.strategy)
     base_env_cli = env
     if "audit-cli-base" in contenders:
         if not args.cli_baseline:
@@ -866,6 +876,7 @@ def main(argv: list[str] | None = None) -> int:
             "sample_seconds": args.sample_seconds,
             "connection": "local",
             "pipelining": args.pipelining,
+            "strategy": args.strategy or "ansible.builtin.linear (the CLI: gpufleet.tuning.linear)",
             "order": "alternating, one of each per round",
             "tree_memory_sample_interval_s": args.sample_interval,
         },

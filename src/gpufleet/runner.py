@@ -25,6 +25,17 @@ from typing import Any
 
 from gpufleet import paths
 
+# The strategy the CLI runs its playbooks with (plugins/strategy/linear.py): ansible.builtin.linear, except that the
+# controller sleeps while every fork is busy instead of polling its workers every 0.1 ms. A user's ANSIBLE_STRATEGY
+# wins. ansible-core prints a deprecation warning for any strategy outside ansible.builtin; the CLI shows its own
+# output, not Ansible's warnings.
+STRATEGY = "gpufleet.tuning.linear"
+
+
+def strategy_env() -> dict[str, str]:
+    """ANSIBLE_STRATEGY for a run the CLI starts, unless the environment names one."""
+    return {} if os.environ.get("ANSIBLE_STRATEGY") else {"ANSIBLE_STRATEGY": STRATEGY}
+
 
 @dataclass
 class HostResult:
@@ -206,6 +217,7 @@ def run_playbook(
             # ansible-runner starts `ansible-playbook` from PATH: use the one installed next to us.
             "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
             "ANSIBLE_RETRY_FILES_ENABLED": "false",
+            **strategy_env(),
         }
         cmdline = []
         if limit:

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 from gpufleet import paths
 from gpufleet.exits import UsageError
-from gpufleet.runner import HostResult, _clean, _message, action_of
+from gpufleet.runner import HostResult, _clean, _message, action_of, strategy_env
 
 DEFAULT_VENV = "/opt/gpufleet/venv"
 WORKER_VAR = "gpufleet_worker"  # inventory variable (per group or host): the region's worker URL
@@ -250,7 +250,11 @@ def pack(
         "inventory": {"all": {"hosts": hostvars}},
         "extravars": extravars,
         # the node's installed collection; the rest of its environment is its own
-        "envvars": {"ANSIBLE_COLLECTIONS_PATH": worker.collections, "ANSIBLE_RETRY_FILES_ENABLED": "false"},
+        "envvars": {
+            "ANSIBLE_COLLECTIONS_PATH": worker.collections,
+            "ANSIBLE_RETRY_FILES_ENABLED": "false",
+            **strategy_env(),  # the node's collection has the strategy too
+        },
     }
 
 

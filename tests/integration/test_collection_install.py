@@ -30,6 +30,7 @@ REQUIRED = [
     "inventories/local/hosts.yml", "inventories/example/hosts.yml", "tests/sanity/ignore-2.19.txt",
     "playbooks/watch.yml", "roles/watch/tasks/main.yml", "plugins/modules/watch_install.py",
     "monitoring/prometheus/gpufleet-alerts.yml", "monitoring/grafana/gpufleet-dashboard.json",
+    "plugins/strategy/linear.py",
 ]
 MAX_BYTES = 1024 * 1024
 

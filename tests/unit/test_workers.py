@@ -186,3 +186,20 @@ def test_ctrl_c_stops_the_workers_and_keeps_the_hosts_unanswered(tmp_path):
     assert outcome.interrupted == "SIGINT"
     assert outcome.results == {"eu1": None}
     assert not workers._LIVE
+
+
+def test_runs_use_the_quiet_strategy_unless_the_environment_names_one(tmp_path, monkeypatch):
+    """The CLI's runs, direct and packed for a worker, select gpufleet.tuning.linear (plugins/strategy/linear.py);
+    a user's ANSIBLE_STRATEGY is left to win."""
+    from gpufleet import runner
+
+    monkeypatch.delenv("ANSIBLE_STRATEGY", raising=False)
+    assert runner.strategy_env() == {"ANSIBLE_STRATEGY": "gpufleet.tuning.linear"}
+    playbook = tmp_path / "audit.yml"
+    playbook.write_text("- hosts: all\n  tasks: []\n")
+    job = workers.pack(tmp_path / "job", playbook, {"h1": {}}, {}, workers.parse_option("eu=ssh://exec-eu"))
+    assert job["envvars"]["ANSIBLE_STRATEGY"] == "gpufleet.tuning.linear"
+    monkeypatch.setenv("ANSIBLE_STRATEGY", "ansible.builtin.free")
+    assert runner.strategy_env() == {}
+    job = workers.pack(tmp_path / "job2", playbook, {"h1": {}}, {}, workers.parse_option("eu=ssh://exec-eu"))
+    assert "ANSIBLE_STRATEGY" not in job["envvars"]

@@ -1,0 +1,60 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: linear
+short_description: ansible.builtin.linear that sleeps while every fork is busy
+version_added: "0.3.0"
+description:
+  - Runs a play exactly as C(ansible.builtin.linear) does (tasks in lockstep per batch of hosts, up to C(forks) at
+    once), and differs in one thing only. When every fork is busy, the built-in strategy finds the next free fork by
+    checking each worker process in a loop with a 0.1 ms sleep, so the controller's main process burns CPU for as long
+    as the hosts take to answer (U(https://github.com/ansible/ansible/issues/85858)). This strategy blocks on the
+    worker processes' exit instead (C(multiprocessing.connection.wait) on their sentinels) and hands the task to the
+    built-in code as soon as a fork is free.
+  - With C(forks) smaller than the number of hosts and modules that take seconds, as a fleet audit is, this is most of
+    the controller's CPU; see C(bench/audit_scale.py).
+  - Select it in C(ansible.cfg) (C([defaults] strategy = gpufleet.tuning.linear)), with C(ANSIBLE_STRATEGY) or a
+    play's C(strategy) keyword. C(gpufleet) (the CLI) runs its playbooks with it, also on execution nodes, unless
+    C(ANSIBLE_STRATEGY) names another strategy.
+  - A task with C(throttle) is queued by the built-in code alone (it waits on its own subset of the forks).
+author:
+  - gpufleet contributors (@gpufleet)
+notes:
+  - Subclasses C(ansible.builtin.linear); it follows that plugin's behaviour in the installed ansible-core.
+  - ansible-core 2.19 prints a deprecation warning for every strategy plugin outside C(ansible.builtin) (no
+    replacement and no removal version announced). Where this plugin cannot be loaded, use C(ansible.builtin.linear)
+    instead; the results are the same, only the controller's CPU differs.
+"""
+
+from multiprocessing.connection import wait as wait_for_any
+
+from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
+
+# The longest one wait blocks before the forks are looked at again: a worker that exits wakes it at once; this only
+# bounds how late a stop of the run (the task queue manager terminated) is noticed.
+RECHECK_SECONDS = 1.0
+
+
+class StrategyModule(LinearStrategyModule):
+    def _queue_task(self, host, task, task_vars, play_context):
+        if not task.throttle:
+            self._wait_for_free_worker()
+        return super()._queue_task(host, task, task_vars, play_context)
+
+    def _wait_for_free_worker(self):
+        """Return once at least one fork is free (no worker, or its worker has exited), blocking meanwhile."""
+        workers = getattr(self, "_workers", None)
+        while workers and not getattr(self._tqm, "_terminated", False):
+            sentinels = []
+            for worker in workers:
+                if worker is None or not worker.is_alive():
+                    return
+                try:
+                    sentinels.append(worker.sentinel)
+                except ValueError:  # a closed process object: its fork is free
+                    return
+            wait_for_any(sentinels, timeout=RECHECK_SECONDS)
