@@ -41,7 +41,7 @@ docs: $(VENV)/.installed-test
 	$(BIN)/python scripts/gen-role-readmes.py
 
 test: deps-test $(VENV)/.installed-test sim quality lab
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q --durations=30 tests
 
 # Container lab for molecule/ (root): podman, network gpufleet-lab, local images (debootstrap, nothing pulled),
 # and the collections Molecule needs, from the PyPI `ansible` bundle.
