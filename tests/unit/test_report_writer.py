@@ -214,3 +214,20 @@ def test_check_writable_needs_symlinks(tmp_path, monkeypatch):
     with pytest.raises(writer.ReportDirError, match="Operation not permitted"):
         writer.check_writable(tmp_path)
     assert list(tmp_path.iterdir()) == []  # the probe is cleaned up
+
+
+def test_json_is_indented_for_people_and_compact_for_large_fleets(tmp_path, sample):
+    """report.json is indented up to the HTML report's LAZY_FROM_HOSTS hosts and compact above (issue 18: 43 MB
+    instead of 81 MB at 1,000 hosts); both decode to the same report."""
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report.html import LAZY_FROM_HOSTS
+    from fleetreport import scaled_report
+
+    small = writer.render_all(sample)["json"]
+    assert small.startswith('{\n  "') and json.loads(small) == sample
+    large = scaled_report(LAZY_FROM_HOSTS + 1)
+    assert writer.json_layout(large) == {"separators": (",", ":")}
+    assert writer.json_layout({"hosts": dict.fromkeys(map(str, range(LAZY_FROM_HOSTS)), {})}) == {"indent": 2}
+    files = writer.write_all(large, tmp_path, stamp="large")
+    text = files["json"].read_text()
+    assert text.count("\n") == 1 and text.endswith("}\n") and '": ' not in text[:200]
+    assert json.loads(text) == json.loads(json.dumps(large))
