@@ -115,7 +115,10 @@ def build_view(report: dict, lazy: bool | None = None) -> dict[str, Any]:
     catalog = schema.catalog_index(report)
     summary = schema.summarize(hosts)
 
-    host_views = [_host_view(i, str(name), host, catalog) for i, (name, host) in enumerate(sorted(hosts.items()), 1)]
+    lazy = len(hosts) > LAZY_FROM_HOSTS if lazy is None else bool(lazy)
+    host_views = [
+        _host_view(i, str(name), host, catalog, lazy) for i, (name, host) in enumerate(sorted(hosts.items()), 1)
+    ]
     sites = _sites_view(host_views)
     inventory = run.get("inventory") or ""
     title = "gpufleet audit"
@@ -123,7 +126,6 @@ def build_view(report: dict, lazy: bool | None = None) -> dict[str, Any]:
         title += f" \u2013 {inventory}"
     if run.get("finished_at"):
         title += f" \u2013 {run['finished_at']}"
-    lazy = len(host_views) > LAZY_FROM_HOSTS if lazy is None else bool(lazy)
     catalog_views = [_catalog_view(e) for e in sorted(catalog.values(), key=lambda e: e["id"])]
     return {
         "title": title,
@@ -286,12 +288,14 @@ def _sites_view(hosts: list[dict]) -> list[dict[str, Any]]:
     return out
 
 
-def _host_view(index: int, name: str, host: Any, catalog: dict[str, dict]) -> dict[str, Any]:
+def _host_view(index: int, name: str, host: Any, catalog: dict[str, dict], lazy: bool = False) -> dict[str, Any]:
     host = host if isinstance(host, dict) else {}
     status = host.get("status") if host.get("status") in schema.HOST_STATUSES else "failed"
     findings = sorted(schema.host_findings(host), key=schema.finding_sort_key)
     shown = [_finding_view(f, catalog) for f in findings if f.get("status") in ("fail", "warn", "error")]
-    others = [_finding_view(f, catalog) for f in findings if f.get("status") not in ("fail", "warn", "error")]
+    # A lazy page carries of a passing or skipped check only _OTHER_KEYS: no need to lay out its values.
+    other_view = _other_view if lazy else _finding_view
+    others = [other_view(f, catalog) for f in findings if f.get("status") not in ("fail", "warn", "error")]
     cells = [_cell_view(host, area) for area in schema.AREAS]
     worst = schema.worst_severity(f.get("severity") for f in findings if schema.is_finding(f))
     facts = host.get("facts") if isinstance(host.get("facts"), dict) else {}
@@ -398,6 +402,12 @@ def _cell_view(host: dict, area: str) -> dict[str, Any]:
     if severity:
         css += f" sev-{severity}"
     return {"area": area, "state": state, "severity": severity or "", "label": label, "tip": tip, "css": css}
+
+
+def _other_view(f: dict, catalog: dict[str, dict]) -> dict[str, Any]:
+    """A passing or skipped check on a lazy page: what _host_data carries of it (_OTHER_KEYS), as _finding_view
+    has them."""
+    return {k: _text(f.get(k)) for k in _OTHER_KEYS}
 
 
 def _finding_view(f: dict, catalog: dict[str, dict]) -> dict[str, Any]:
