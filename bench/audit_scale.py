@@ -534,10 +534,18 @@ def profile(
     timeout: float,
     contenders: list[str],
     runs_dir: Path,
+    split_cpus: bool = False,
 ) -> dict[str, Any]:
     """One extra run per contender (not in the medians) where every module process runs under /usr/bin/time
     (a wrapper interpreter, one more exec per call): CPU of the module processes ("target side") vs the rest
-    ("controller side"). The playbooks also get ansible.posix.profile_tasks (wall per task)."""
+    ("controller side"). The playbooks also get ansible.posix.profile_tasks (wall per task).
+
+    ``split_cpus``: the controller's processes run on CPU 0 and the module processes (and theirs) on the other
+    CPUs (taskset), so that the targets' work does not share a core with the controller's, as on remote hosts."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if split_cpus and len(cpus) < 2:
+        raise SystemExit("--split-cpus needs at least 2 CPUs")
+    targets = ",".join(str(c) for c in cpus[1:])
     out: dict[str, Any] = {}
     for name in contenders:
         if name.startswith("audit-cli"):
@@ -546,7 +554,9 @@ def profile(
         calls = tmp / "module-calls.log"
         wrapper = tmp / "timed-python"
         wrapper.write_text(
-            f"#!/bin/sh\nexec /usr/bin/time -a -o {calls} -f '%e %U %S %M' {VENV_BIN / 'python'} \"$@\"\n"
+            f"#!/bin/sh\nexec /usr/bin/time -a -o {calls} -f '%e %U %S %M' "
+            + (f"taskset -c {targets} " if split_cpus else "")
+            + f'{VENV_BIN / "python"} "$@"\n'
         )
         wrapper.chmod(0o755)
         extra = ["-e", json.dumps({"ansible_python_interpreter": str(wrapper)})]
@@ -555,7 +565,10 @@ def profile(
             penv["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.profile_tasks"
             penv["PROFILE_TASKS_SORT_ORDER"] = "none"
         log = runs_dir / f"{n}-{name}-profile.log"
-        res = measure(command(name, inventory, forks, tmp / "reports", extra), penv, log, interval, timeout)
+        cmd = command(name, inventory, forks, tmp / "reports", extra)
+        if split_cpus:
+            cmd = ["taskset", "-c", str(cpus[0]), *cmd]
+        res = measure(cmd, penv, log, interval, timeout)
         res["invalid"] = check(name, res, log, tmp / "reports", hosts)
         # One "%e %U %S %M" line per module process (GNU time adds "Command exited with non-zero status N" lines).
         lines = calls.read_text().splitlines() if calls.exists() else []
@@ -810,6 +823,12 @@ def main(argv: list[str] | None = None) -> int:
         "module to a temp dir; ansible.cfg pipelines ssh only)",
     )
     ap.add_argument(
+        "--split-cpus",
+        action="store_true",
+        help="with --profile: the controller on CPU 0, the module processes on the other CPUs (taskset), so the "
+        "targets' work does not share the controller's core, as on remote hosts",
+    )
+    ap.add_argument(
         "--strategy",
         help="ANSIBLE_STRATEGY for every contender, e.g. gpufleet.tuning.linear (default: none set: the playbooks "
         "and ping run ansible.builtin.linear, the CLI gpufleet.tuning.linear)",
@@ -876,6 +895,7 @@ def main(argv: list[str] | None = None) -> int:
             "sample_seconds": args.sample_seconds,
             "connection": "local",
             "pipelining": args.pipelining,
+            "split_cpus": args.split_cpus,
             "strategy": args.strategy or "ansible.builtin.linear (the CLI: gpufleet.tuning.linear)",
             "order": "alternating, one of each per round",
             "tree_memory_sample_interval_s": args.sample_interval,
@@ -925,7 +945,17 @@ def main(argv: list[str] | None = None) -> int:
                 )
         if args.profile:
             size["profile"] = profile(
-                n, inventory, hosts, args.forks, work, env, args.sample_interval, args.timeout, here, runs_dir
+                n,
+                inventory,
+                hosts,
+                args.forks,
+                work,
+                env,
+                args.sample_interval,
+                args.timeout,
+                here,
+                runs_dir,
+                split_cpus=args.split_cpus,
             )
             for name, p in size["profile"].items():
                 if name == "module_direct":
