@@ -6,13 +6,13 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: linear
-short_description: ansible.builtin.linear that sleeps while every fork is busy
+short_description: ansible.builtin.linear that sleeps while every fork is busy and forks warm workers
 version_added: "0.3.0"
 description:
   - Runs a play exactly as C(ansible.builtin.linear) does (tasks in lockstep per batch of hosts, up to C(forks) at
-    once), and differs in one thing only. When every fork is busy, the built-in strategy finds the next free fork by
-    checking each worker process in a loop with a 0.1 ms sleep, so the controller's main process burns CPU for as long
-    as the hosts take to answer (U(https://github.com/ansible/ansible/issues/85858)). This strategy blocks on the
+    once), and differs in two things, both in the controller's main process. When every fork is busy, the built-in
+    strategy finds the next free fork by checking each worker process in a loop with a 0.1 ms sleep, so the main
+    process burns CPU for as long as the hosts take to answer (U(https://github.com/ansible/ansible/issues/85858)). This strategy blocks on the
     worker processes' exit instead (C(multiprocessing.connection.wait) on their sentinels) and hands the task to the
     built-in code as soon as a fork is free.
   - With C(forks) smaller than the number of hosts and modules that take seconds, as a fleet audit is, this is a large
@@ -22,6 +22,10 @@ description:
     play's C(strategy) keyword. C(gpufleet) (the CLI) runs its playbooks with it, also on execution nodes, unless
     C(ANSIBLE_STRATEGY) names another strategy.
   - A task with C(throttle) is queued by the built-in code alone (it waits on its own subset of the forks).
+  - Before a play's first task it loads ansible-core's filter and test plugins in the controller's main process,
+    and every worker inherits them. Each worker is a fresh fork; without this, the first filter it templates (such as
+    C(| default) in a task's arguments) makes it load all of them again, about 10 ms of CPU per host and task (the
+    audit at 100 to 1,000 hosts, see C(bench/README.md)).
 author:
   - gpufleet contributors (@gpufleet)
 notes:
@@ -31,8 +35,10 @@ notes:
     instead; the results are the same, only the controller's CPU differs.
 """
 
+import contextlib
 from multiprocessing.connection import wait as wait_for_any
 
+from ansible.plugins.loader import filter_loader, test_loader
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
 
 # The longest one wait blocks before the forks are looked at again: a worker that exits wakes it at once; this only
@@ -40,7 +46,25 @@ from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModu
 RECHECK_SECONDS = 1.0
 
 
+# One plugin of each Jinja plugin loader: looking up any ansible.builtin one loads all of ansible-core's (the loader
+# keeps them for the life of the process, so the forks inherit them).
+JINJA_PLUGINS = ((filter_loader, "ansible.builtin.to_json"), (test_loader, "ansible.builtin.match"))
+
+
+def load_jinja_plugins():
+    """Load ansible-core's filter and test plugins in this process (a no-op once they are loaded)."""
+    for loader, name in JINJA_PLUGINS:
+        # Only a head start for the workers: if this fails, the worker that needs the plugin loads it and reports
+        # the error against its task, as without this strategy.
+        with contextlib.suppress(Exception):
+            loader.get(name)
+
+
 class StrategyModule(LinearStrategyModule):
+    def run(self, iterator, play_context):
+        load_jinja_plugins()
+        return super().run(iterator, play_context)
+
     def _queue_task(self, host, task, task_vars, play_context):
         if not task.throttle:
             self._wait_for_free_worker()

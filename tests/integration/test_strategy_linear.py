@@ -1,6 +1,7 @@
 """gpufleet.tuning.linear (plugins/strategy/linear.py) against ansible.builtin.linear, both real ansible-playbook runs
-over the local connection: the same plays give the same results, and while every fork waits on a slow host the
-controller's main process sleeps instead of polling its workers (its own CPU time, read from inside it)."""
+over the local connection: the same plays give the same results, while every fork waits on a slow host the
+controller's main process sleeps instead of polling its workers (its own CPU time, read from inside it), and the
+workers are forked with ansible-core's filter and test plugins already loaded."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ PLAYS = """\
 RECAP = re.compile(r"^(h\d)\s+:\s+(ok=\d+\s+changed=\d+\s+unreachable=\d+\s+failed=\d+\s+skipped=\d+)", re.M)
 
 
-def _run(tmp: Path, strategy: str, inventory: Path, play: Path) -> tuple[dict[str, str], float, str]:
+def _run(tmp: Path, strategy: str, inventory: Path, play: Path, **env_extra: str) -> tuple[dict[str, str], float, str]:
     wrapper = tmp / "main_cpu.py"
     wrapper.write_text(MAIN_CPU)
     cpu_file = tmp / f"main-cpu-{strategy}"
@@ -62,6 +63,7 @@ def _run(tmp: Path, strategy: str, inventory: Path, play: Path) -> tuple[dict[st
         "ANSIBLE_FORKS": "1",
         "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-local"),
         "MAIN_CPU_FILE": str(cpu_file),
+        **env_extra,
     }
     proc = subprocess.run(
         [sys.executable, str(wrapper), str(PLAYBOOK_BIN), "-i", str(inventory), str(play)],
@@ -87,3 +89,54 @@ def test_same_results_and_an_idle_controller_while_forks_wait(tmp_path):
     # wait; gpufleet.tuning.linear sleeps until the worker exits.
     print(f"main process CPU: gpufleet.tuning.linear {ours_cpu:.2f} s, ansible.builtin.linear {builtin_cpu:.2f} s")
     assert ours_cpu < builtin_cpu - 0.3, (ours_cpu, builtin_cpu)
+
+
+# An action plugin that reports, from inside the forked worker, which Jinja filter plugin modules the worker already
+# holds. Its task has no template, so the worker itself loads none before the plugin runs: what it holds came with
+# the fork from the main process.
+PROBE_ACTION = """\
+import sys
+from ansible.plugins.action import ActionBase
+class ActionModule(ActionBase):
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        result["filter_modules"] = sorted(m for m in sys.modules if ".filter." in m)
+        return result
+"""
+
+PROBE_PLAY = """\
+- name: Probe the workers
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Which filter plugins came with the fork
+      jinja_probe:
+      register: probe
+    - name: Show
+      ansible.builtin.debug:
+        msg: "PROBE {{ inventory_hostname }} {{ probe.filter_modules | join(',') or 'none' }}"
+"""
+
+
+def test_workers_start_with_the_jinja_plugins_loaded(tmp_path):
+    """Without the strategy each fork loads every filter and test plugin again the first time it templates a filter
+    (about 10 ms of controller CPU per host and task, bench/README.md); with it, the main process loads them once
+    before the play and every worker inherits them."""
+    actions = tmp_path / "action_plugins"
+    actions.mkdir()
+    (actions / "jinja_probe.py").write_text(PROBE_ACTION)
+    inventory = write_inventory(tmp_path, {f"h{i}": local_host() for i in range(2)})
+    play = write_play(tmp_path, PROBE_PLAY, name="probe.yml")
+    probes = {}
+    for strategy in ("gpufleet.tuning.linear", "ansible.builtin.linear"):
+        _, _, out = _run(tmp_path, strategy, inventory, play, ANSIBLE_ACTION_PLUGINS=str(actions))
+        found = dict(re.findall(r'"msg": "PROBE (h\d) (\S+)"', out))
+        assert sorted(found) == ["h0", "h1"], out[-2000:]
+        probes[strategy] = found
+    print(probes)
+    for host in ("h0", "h1"):
+        # ansible-core loads plugin files under a suffixed name: ansible.plugins.filter.core_<hash>
+        assert any(
+            m.startswith("ansible.plugins.filter.core") for m in probes["gpufleet.tuning.linear"][host].split(",")
+        )
+        assert probes["ansible.builtin.linear"][host] == "none"
