@@ -12,9 +12,9 @@ description:
   - Runs a play exactly as C(ansible.builtin.linear) does (tasks in lockstep per batch of hosts, up to C(forks) at
     once), and differs in two things, both in the controller's main process. When every fork is busy, the built-in
     strategy finds the next free fork by checking each worker process in a loop with a 0.1 ms sleep, so the main
-    process burns CPU for as long as the hosts take to answer (U(https://github.com/ansible/ansible/issues/85858)). This strategy blocks on the
-    worker processes' exit instead (C(multiprocessing.connection.wait) on their sentinels) and hands the task to the
-    built-in code as soon as a fork is free.
+    process burns CPU for as long as the hosts take to answer (U(https://github.com/ansible/ansible/issues/85858)).
+    This strategy blocks on the worker processes' exit instead (C(multiprocessing.connection.wait) on their
+    sentinels) and hands the task to the built-in code as soon as a fork is free.
   - With C(forks) smaller than the number of hosts and modules that take seconds, as a fleet audit is, this is a large
     share of the controller's CPU (100 hosts answering after about 8 s, 25 forks; 165 ms per host with the built-in
     strategy, 99 ms with this one; see C(bench/controller_cost.py)).
@@ -22,10 +22,10 @@ description:
     play's C(strategy) keyword. C(gpufleet) (the CLI) runs its playbooks with it, also on execution nodes, unless
     C(ANSIBLE_STRATEGY) names another strategy.
   - A task with C(throttle) is queued by the built-in code alone (it waits on its own subset of the forks).
-  - Before a play's first task it loads ansible-core's filter and test plugins in the controller's main process,
-    and every worker inherits them. Each worker is a fresh fork; without this, the first filter it templates (such as
-    C(| default) in a task's arguments) makes it load all of them again, about 10 ms of CPU per host and task (the
-    audit at 100 to 1,000 hosts, see C(bench/README.md)).
+  - Before a play's first task it loads ansible-core's filter and test plugins and builds the Jinja lexer in the
+    controller's main process, and every worker inherits them. Each worker is a fresh fork; without this, the first
+    filter it templates (such as C(| default) in a task's arguments) makes it load all of them again and its first
+    template builds the lexer, about 12 ms of CPU per host and task (the audit, see C(bench/README.md)).
 author:
   - gpufleet contributors (@gpufleet)
 notes:
@@ -38,7 +38,9 @@ notes:
 import contextlib
 from multiprocessing.connection import wait as wait_for_any
 
+from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import filter_loader, test_loader
+from ansible.template import Templar, trust_as_template
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
 
 # The longest one wait blocks before the forks are looked at again: a worker that exits wakes it at once; this only
@@ -51,18 +53,24 @@ RECHECK_SECONDS = 1.0
 JINJA_PLUGINS = ((filter_loader, "ansible.builtin.to_json"), (test_loader, "ansible.builtin.match"))
 
 
-def load_jinja_plugins():
-    """Load ansible-core's filter and test plugins in this process (a no-op once they are loaded)."""
+def warm_jinja():
+    """Load ansible-core's filter and test plugins, and build the Jinja lexer of the default template settings, in
+    this process (no-ops once done). Both are kept for the life of the process, so the forks inherit them; without
+    this each worker loads the plugins at its first filter and builds the lexer (a dozen regular expressions) at its
+    first template. (ansible-core's own note in its Jinja environment: "we should pre-generate the default cached
+    lexer before forking".)"""
+    # Only a head start for the workers: if any of this fails, the worker that needs it does it itself and reports
+    # the error against its task, as without this strategy.
     for loader, name in JINJA_PLUGINS:
-        # Only a head start for the workers: if this fails, the worker that needs the plugin loads it and reports
-        # the error against its task, as without this strategy.
         with contextlib.suppress(Exception):
             loader.get(name)
+    with contextlib.suppress(Exception):
+        Templar(loader=DataLoader()).template(trust_as_template("{{ 0 }}"))
 
 
 class StrategyModule(LinearStrategyModule):
     def run(self, iterator, play_context):
-        load_jinja_plugins()
+        warm_jinja()
         return super().run(iterator, play_context)
 
     def _queue_task(self, host, task, task_vars, play_context):
