@@ -145,7 +145,13 @@ def build_fleet(n: int, work: Path, sample_seconds: float) -> tuple[Path, dict[s
 
 
 def _write_inventory(fleet: Path, groups: dict[str, list[str]], sample_seconds: float) -> None:
-    """Like inventories/demo (same policy and sites), with absolute paths into this fleet."""
+    """Like inventories/demo (same policy and sites), with absolute paths into this fleet.
+
+    The simulation's per-host paths (fixture root, fake NVML state, recorded ethtool output) are literal host
+    variables, not templates over inventory_hostname as in inventories/demo: a real host has none of them, and as
+    templates they cost the audit three Jinja compiles per host that ping, which never reads them, does not pay
+    (about 4 ms of controller CPU per host; bench/README.md). The policy's templated `site` stays, as a user
+    might write it."""
     inv = fleet / "inventory"
     (inv / "group_vars").mkdir(parents=True, exist_ok=True)
     lines = [
@@ -155,22 +161,27 @@ def _write_inventory(fleet: Path, groups: dict[str, list[str]], sample_seconds: 
         "  children:",
     ]
     for group, hosts in sorted(groups.items()):
-        lines += [f"    {group}:", "      hosts:"] + [f"        {h}:" for h in hosts]
+        lines += [f"    {group}:", "      hosts:"]
+        for h in hosts:
+            environment = {
+                "LD_LIBRARY_PATH": str(SIM_LIB.parent),
+                "FAKE_NVML_STATE": str(fleet / h / "nvml.state"),
+                "FAKE_ETHTOOL_DIR": str(fleet / h / "ethtool"),
+            }
+            lines += [
+                f"        {h}:",
+                f"          gpufleet_audit_root: {json.dumps(str(fleet / h / 'root'))}",
+                f"          gpufleet_environment: {json.dumps(environment)}",
+            ]
     (inv / "hosts.yml").write_text("\n".join(lines) + "\n")
     demo_vars = (REPO / "inventories/demo/group_vars/all/fleet.yml").read_text()
     policy = demo_vars[demo_vars.index("gpufleet_policy:") : demo_vars.index("# Remediation")].rstrip()
     (inv / "group_vars" / "all.yml").write_text(f"""---
 ansible_connection: local
 ansible_python_interpreter: "{{{{ ansible_playbook_python }}}}"
-gpufleet_bench_fleet: {json.dumps(str(fleet))}
-gpufleet_audit_root: "{{{{ gpufleet_bench_fleet }}}}/{{{{ inventory_hostname }}}}/root"
 gpufleet_ethtool_path: {json.dumps(str(FAKE_ETHTOOL))}
 # Fixture files do not change over time (swap rates are 0 whatever the sample): see bench/README.md.
 gpufleet_sample_seconds: {sample_seconds}
-gpufleet_environment:
-  LD_LIBRARY_PATH: {json.dumps(str(SIM_LIB.parent))}
-  FAKE_NVML_STATE: "{{{{ gpufleet_bench_fleet }}}}/{{{{ inventory_hostname }}}}/nvml.state"
-  FAKE_ETHTOOL_DIR: "{{{{ gpufleet_bench_fleet }}}}/{{{{ inventory_hostname }}}}/ethtool"
 # For bench/naive_audit.yml: nvidia-smi that answers from the same FAKE_NVML_STATE.
 naive_nvidia_smi: {json.dumps(str(FAKE_SMI))}
 
