@@ -40,8 +40,16 @@ from multiprocessing.connection import wait as wait_for_any
 
 from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import filter_loader, test_loader
-from ansible.template import Templar, trust_as_template
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
+from ansible.template import Templar
+
+try:
+    from ansible.template import trust_as_template
+except ImportError:  # ansible-core 2.18: no data tagging, every string is a template
+
+    def trust_as_template(value):
+        return value
+
 
 # The longest one wait blocks before the forks are looked at again: a worker that exits wakes it at once; this only
 # bounds how late a stop of the run (the task queue manager terminated) is noticed.
