@@ -150,8 +150,7 @@ def _write_inventory(fleet: Path, groups: dict[str, list[str]], sample_seconds: 
     The simulation's per-host paths (fixture root, fake NVML state, recorded ethtool output) are literal host
     variables, not templates over inventory_hostname as in inventories/demo: a real host has none of them, and as
     templates they cost the audit three Jinja compiles per host that ping, which never reads them, does not pay
-    (about 4 ms of controller CPU per host; bench/README.md). The policy's templated `site` stays, as a user
-    might write it."""
+    (bench/README.md, "Third runs"). The policy's templated `site` stays, as a user might write it."""
     inv = fleet / "inventory"
     (inv / "group_vars").mkdir(parents=True, exist_ok=True)
     lines = [
