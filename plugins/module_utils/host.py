@@ -297,6 +297,7 @@ def read_cpu(fs, unsupported):
         unsupported["cpu.sockets"] = unsupported["cpu.cores"] = "no CPU topology in sysfs or /proc/cpuinfo"
 
     governors, epps, mins, maxs, curs = {}, {}, [], [], []
+    setspeeds, below_max, userspace_unread = [], [], []
     driver = None
     for n in cpus:
         base = "%s/cpu%d/cpufreq/" % (CPU_SYS, n)
@@ -304,6 +305,15 @@ def read_cpu(fs, unsupported):
         if gov is None:
             continue
         governors.setdefault(gov.strip(), []).append(n)
+        if gov.strip() == "userspace":
+            # The userspace governor holds the frequency written to scaling_setspeed (admin-guide/pm/cpufreq).
+            speed, top = to_int(fs.read(base + "scaling_setspeed")), to_int(fs.read(base + "scaling_max_freq"))
+            if speed is None or top is None:
+                userspace_unread.append(n)
+            else:
+                setspeeds.append(speed)
+                if speed < top:
+                    below_max.append(n)
         # Hardware-managed P-states (intel_pstate / amd-pstate active mode): the energy-performance preference
         # steers the hardware's choice (kernel admin-guide/pm/intel_pstate, amd-pstate).
         epp = (fs.read(base + "energy_performance_preference") or "").strip()
@@ -318,6 +328,17 @@ def read_cpu(fs, unsupported):
     cpu["governors"] = dict((g, decoders.cpus_to_cpulist(ids)) for g, ids in sorted(governors.items()))
     cpu["scaling_driver"] = driver
     cpu["epp"] = dict((e, decoders.cpus_to_cpulist(ids)) for e, ids in sorted(epps.items()))
+    cpu["userspace"] = None
+    if "userspace" in governors:
+        if userspace_unread:
+            unsupported["cpu.userspace"] = "no scaling_setspeed or scaling_max_freq on CPUs %s" % (
+                decoders.cpus_to_cpulist(userspace_unread)
+            )
+        else:
+            cpu["userspace"] = {
+                "setspeed_mhz": {"min": min(setspeeds) // 1000, "max": max(setspeeds) // 1000},
+                "below_max": decoders.cpus_to_cpulist(below_max),
+            }
     if not governors:
         unsupported["cpu.governors"] = "no cpufreq under %s/cpu*/cpufreq (VM, or no cpufreq driver)" % CPU_SYS
         unsupported["cpu.scaling_driver"] = unsupported["cpu.governors"]

@@ -125,6 +125,10 @@ host:
         - C(governors) maps a governor to the CPUs using it in cpulist form; V({}) without cpufreq.
         - C(scaling_driver), C(freq_mhz) (C(min) and C(max) of the scaling limits, C(current_avg)),
           C(boost) (turbo enabled).
+        - C(epp) maps an energy-performance preference (HWP) to its CPUs.
+        - C(userspace), for CPUs on the userspace governor, C(setspeed_mhz) (C(min), C(max) of the frequencies it
+          holds, from C(scaling_setspeed)) and C(below_max) (cpulist of those held below their C(scaling_max_freq));
+          V(null) when no CPU uses it.
       type: dict
       sample:
         model: Intel(R) Xeon(R) Platinum 8480+

@@ -142,6 +142,7 @@ def test_healthy_default_root_exactly(healthy):
             "governors": {"performance": "0-223"},
             "scaling_driver": "intel_pstate",
             "epp": {"performance": "0-223"},
+            "userspace": None,
             "freq_mhz": {"min": 800, "max": 3800, "current_avg": 2000},
             "boost": True,
         },

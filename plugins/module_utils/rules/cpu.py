@@ -19,9 +19,57 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import 
 )
 
 
-# Drivers whose powersave governor is not "slowest clock" but hands the choice to the hardware (HWP), steered by
-# the energy-performance preference (kernel admin-guide/pm/intel_pstate "Active Mode With HWP", amd-pstate).
+# What a governor name means depends on the scaling driver (kernel admin-guide/pm/cpufreq, intel_pstate, amd-pstate).
+# intel_pstate (active mode) and amd-pstate-epp (amd-pstate's active mode) have their own "powersave" algorithm:
+# with HWP the hardware picks the clock, steered by the energy-performance preference; intel_pstate without HWP
+# (no energy_performance_preference file) picks P-states in proportion to CPU utilization. Every other driver
+# (acpi-cpufreq, intel_cpufreq = intel_pstate's passive mode, amd-pstate passive/guided, cppc_cpufreq on Arm) runs
+# the generic governors, whose "powersave" sets the lowest frequency of the policy (scaling_min_freq).
 HWP_DRIVERS = ("intel_pstate", "amd-pstate-epp")
+# Generic governors that follow the load (cpufreq.rst: ondemand and conservative from the CPU load, schedutil from
+# the scheduler's utilization signal): the clock ramps up under work and drops between bursts. Ubuntu sets ondemand
+# on bare metal (its ondemand.service); schedutil is the kernel's default on arm64 (Grace boots with it).
+LOAD_FOLLOWING = ("ondemand", "conservative", "schedutil")
+
+
+def _governor_verdict(gov, driver, epp, accepted, userspace):
+    """(severity of the finding: "low" or "high", what the governor does) for CPUs on ``gov`` that is not the
+    policy's governor."""
+    if gov == "powersave" and driver in HWP_DRIVERS:
+        if not epp:
+            if driver == "intel_pstate":
+                return "low", "intel_pstate's powersave without HWP picks P-states in proportion to CPU utilization"
+            return "high", "%s's powersave with no energy-performance preference readable" % driver
+        if accepted and set(epp) <= set(accepted):
+            return "low", (
+                "%s's powersave with energy-performance preference %s: the hardware picks the clock, the "
+                "distributions' balanced default" % (driver, ", ".join(sorted(epp)))
+            )
+        return "high", "%s's powersave with energy-performance preference %s (saves power over speed)" % (
+            driver,
+            ", ".join(sorted(epp)),
+        )
+    if gov == "powersave":
+        return "high", "%s's powersave pins the lowest frequency (scaling_min_freq)" % (driver or "the driver")
+    if gov in LOAD_FOLLOWING:
+        return "low", "%s raises the clock with the load and lowers it between bursts" % gov
+    if gov == "userspace":
+        # userspace holds the frequency a program wrote to scaling_setspeed: judged by that value.
+        below = (userspace or {}).get("below_max")
+        speed = (userspace or {}).get("setspeed_mhz") or {}
+        if below is None or speed.get("min") is None:
+            return "high", "userspace holds whatever frequency a program set (scaling_setspeed not readable)"
+        if below:
+            return "high", "userspace holds CPUs %s below their highest frequency (%s-%s MHz set)" % (
+                below,
+                speed["min"],
+                speed["max"],
+            )
+        return "low", (
+            "userspace holds the highest frequency (%s MHz), as performance would, until the program that set it "
+            "changes it" % speed["max"]
+        )
+    return "high", "%s is not a governor whose clock behaviour is known" % gov
 
 
 def check_governor(facts, pol):
@@ -38,19 +86,29 @@ def check_governor(facts, pol):
     driver = _host(facts, "cpu", "scaling_driver")
     epp = _host(facts, "cpu", "epp") or {}
     accepted = pol["cpu"]["hwp_epp"]
-    text = "; ".join("%s: %s" % kv for kv in sorted(others.items()))
-    if driver in HWP_DRIVERS and set(others) == {"powersave"} and epp and accepted and set(epp) <= set(accepted):
-        observed = {"governors": governors, "scaling_driver": driver, "epp": epp}
-        return result(
-            "warn",
-            observed,
-            expected,
-            "CPUs on %s's powersave with energy-performance preference %s (%s): the hardware picks the clock, "
-            "the distributions' balanced default; %s still shortens frequency ramps for launch and data-loading "
-            "threads" % (driver, ", ".join(sorted(epp)), text, wanted),
-            severity="low",
-        )
-    return result("fail", governors, expected, "CPUs not on %s: %s" % (wanted, text))
+    userspace = _host(facts, "cpu", "userspace")
+    observed = {"governors": governors, "scaling_driver": driver}
+    if epp:
+        observed["epp"] = epp
+    if userspace:
+        observed["userspace"] = userspace
+    items, worst = [], "low"
+    for gov, cpus in sorted(others.items()):
+        severity, meaning = _governor_verdict(gov, driver, epp, accepted, userspace)
+        items.append({"governor": gov, "cpus": cpus, "severity": severity, "meaning": meaning})
+        if severity == "high":
+            worst = "high"
+    text = "; ".join("CPUs %s on %s: %s" % (i["cpus"], i["governor"], i["meaning"]) for i in items)
+    if worst == "high":
+        return result("fail", observed, expected, "CPUs not on %s: %s" % (wanted, text), items=items)
+    return result(
+        "warn",
+        observed,
+        expected,
+        "%s; %s still shortens frequency ramps for launch and data-loading threads" % (text, wanted),
+        items=items,
+        severity="low",
+    )
 
 
 def check_cores_per_gpu(facts, pol):
@@ -209,14 +267,17 @@ RULES = (
         "high",
         "CPU governor is not performance",
         "Power-saving governors lower CPU clocks between bursts; kernel launches, data loading and NCCL progress "
-        "threads then wait for the CPU and the GPUs idle. Under a hardware-managed P-state driver (intel_pstate, "
-        "amd-pstate-epp) the powersave governor with a balanced energy-performance preference is the "
-        "distributions' default and lets the hardware boost on demand: a low warning (cpu.hwp_epp); with a "
-        "power-saving preference, or acpi-cpufreq's powersave (the lowest clock), it fails.",
+        "threads then wait for the CPU and the GPUs idle. What a governor does depends on the scaling driver: "
+        "the generic powersave (acpi-cpufreq, intel_cpufreq, amd-pstate passive, cppc_cpufreq) pins the lowest "
+        "frequency and fails; governors that follow the load (ondemand - Ubuntu's bare-metal default - "
+        "conservative, schedutil - the arm64 default, Grace) are a low warning, as is a hardware-managed P-state "
+        "driver's powersave (intel_pstate, amd-pstate-epp) with a balanced energy-performance preference "
+        "(cpu.hwp_epp) or intel_pstate's without HWP; userspace is judged by the frequency it holds "
+        "(scaling_setspeed): the highest is a low warning, anything lower fails.",
         check_governor,
         role="host_tuning",
         policy_keys=("cpu.governor", "cpu.hwp_epp"),
-        references=(sources.KERNEL_CPUFREQ, sources.KERNEL_INTEL_PSTATE),
+        references=(sources.KERNEL_CPUFREQ, sources.KERNEL_INTEL_PSTATE, sources.KERNEL_AMD_PSTATE),
     ),
     Rule(
         "HOST-CPU-002",

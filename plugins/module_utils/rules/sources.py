@@ -132,6 +132,10 @@ KERNEL_INTEL_PSTATE = (
     "Linux kernel: intel_pstate (active mode with HWP, energy-performance preference)",
     "https://docs.kernel.org/admin-guide/pm/intel_pstate.html",
 )
+KERNEL_AMD_PSTATE = (
+    "Linux kernel: amd-pstate (active mode: amd-pstate-epp, energy-performance preference; passive and guided modes)",
+    "https://docs.kernel.org/admin-guide/pm/amd-pstate.html",
+)
 KERNEL_SYSCTL_KERNEL = (
     "Linux kernel: /proc/sys/kernel (numa_balancing)",
     "https://docs.kernel.org/admin-guide/sysctl/kernel.html",
