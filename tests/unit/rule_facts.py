@@ -77,7 +77,18 @@ def gpu(i: int) -> dict:
 
 HEALTHY = {
     "gpu": {
-        "nvml": {"available": True, "source": "pynvml", "error": None, "library": None},
+        "nvml": {
+            "available": True,
+            "source": "pynvml",
+            "error": None,
+            "library": None,
+            "binding": {
+                "module": "/opt/gpufleet/venv/lib/python3.11/site-packages/pynvml.py",
+                "distribution": "nvidia-ml-py",
+                "version": "12.570.172",
+                "lacks": {},
+            },
+        },
         "driver": {
             "version": "550.90.07",
             "branch": 550,

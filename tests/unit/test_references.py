@@ -22,7 +22,7 @@ DOC_HOSTS = re.compile(
     r"^https://(docs\.nvidia\.com|docs\.kernel\.org|man7\.org|www\.freedesktop\.org|fasterdata\.es\.net|"
     r"queue\.acm\.org|www\.rfc-editor\.org|docs\.aws\.amazon\.com|cloud\.google\.com|learn\.microsoft\.com|"
     r"github\.com|docs\.cloud\.google\.com|www\.kernel\.org|"
-    r"aws\.amazon\.com|docs\.pytorch\.org|www\.tensorflow\.org|docs\.jax\.dev|slurm\.schedmd\.com)/"
+    r"aws\.amazon\.com|docs\.pytorch\.org|www\.tensorflow\.org|docs\.jax\.dev|slurm\.schedmd\.com|pypi\.org)/"
 )
 
 

@@ -266,6 +266,13 @@ CASES = {
     "HOST-HLT-003": (None, _fatal_sxid),
     "SW-KMOD-001": (None, lambda f: f["gpu"]["driver"].update(kernel_module_version="535.183.01")),
     "SW-FM-001": (None, lambda f: f["gpu"]["driver"].update(fabricmanager_version="550.54.15")),
+    # nvidia-ml-py 12.535 has no nvmlDeviceGetNumaNodeId: a GPU's NUMA node unknown (sysfs had none either).
+    "SW-NVML-001": (
+        None,
+        lambda f: f["gpu"]["nvml"]["binding"].update(
+            version="12.535.161", lacks={"numa_node": ["nvmlDeviceGetNumaNodeId"]}
+        ),
+    ),
     "HOST-BAL-001": (_gpu_busy_cpus_saturated, _starved),
     "HOST-BAL-002": (_one_thread_strays, _far_node),
     # Unpinned on a small host is HOST-CPU-002's finding, not a pinning one.

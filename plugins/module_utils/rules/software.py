@@ -231,6 +231,41 @@ def check_fabricmanager(facts, pol):
     return result("pass", observed, expected, "%d NVSwitch(es): fabric manager %s runs" % (len(switches), fm))
 
 
+# The first nvidia-ml-py release with every NVML function the GPU reader calls (nvmlDeviceGetNumaNodeId and
+# nvmlDeviceGetGpuFabricInfoV arrived in 12.550; tests/integration/test_nvml_bindings.py reads the simulated GPUs
+# through each binding family).
+NVML_BINDING_FULL = "12.550"
+
+
+def check_nvml_binding(facts, pol):
+    nvml_status = (facts.get("gpu") or {}).get("nvml") or {}
+    binding = nvml_status.get("binding")
+    if nvml_status.get("source") != "pynvml" or not isinstance(binding, dict):
+        return skip("GPUs not read through a Python NVML binding")
+    if not nvml_status.get("available"):
+        return skip("NVML did not start: what the binding cannot read is unknown")
+    lacks = binding.get("lacks") or {}
+    name = "%s %s" % (binding.get("distribution") or "pynvml", binding.get("version") or "(version unknown)")
+    observed = {
+        "distribution": binding.get("distribution"),
+        "version": binding.get("version"),
+        "module": binding.get("module"),
+        "cannot_read": sorted(lacks),
+    }
+    expected = "a binding with every NVML function gpufleet reads (nvidia-ml-py >= %s)" % NVML_BINDING_FULL
+    if not lacks:
+        return result("pass", observed, expected, "%s has every NVML function gpufleet reads" % name)
+    functions = sorted(set(f for names in lacks.values() for f in names))
+    return result(
+        "fail",
+        observed,
+        expected,
+        "the NVML binding %s cannot read %d field(s): %s (it lacks %s); the checks that need them report unknown"
+        % (name, len(lacks), ", ".join(sorted(lacks)), ", ".join(functions)),
+        items=[{"field": field, "lacks": lacks[field]} for field in sorted(lacks)],
+    )
+
+
 RULES = (
     Rule(
         "SW-DRV-001",
@@ -284,5 +319,21 @@ RULES = (
         check_fabricmanager,
         role="nvidia_driver",
         references=(sources.FABRIC_MANAGER, sources.NVIDIA_PCI_TABLE),
+    ),
+    Rule(
+        "SW-NVML-001",
+        "software",
+        "low",
+        "The Python NVML binding is older than the fields the audit reads",
+        "A binding (nvidia-ml-py, nvidia-ml-py3, the pynvml package) has only the NVML functions of the driver "
+        "release it was cut from: an 11.x binding has no nvmlDeviceGetCurrentClocksEventReasons, NUMA node or "
+        "fabric-probe call, nvidia-ml-py3 7.352 (Ubuntu 22.04's python3-pynvml) not even row remapping, MIG mode or "
+        "NVLink. The audit reads everything else and reports those fields unknown; this finding names the binding "
+        "and what it cannot see, so that an unknown is never read as healthy.",
+        check_nvml_binding,
+        manual="Run playbooks/prereqs.yml: it installs nvidia-ml-py >= %s into a venv (/opt/gpufleet/venv) on "
+        "hosts whose Python imports an older binding; set ansible_python_interpreter to that venv's python."
+        % NVML_BINDING_FULL,
+        references=(sources.NVML_CHANGE_LOG, sources.NVML_PYTHON_BINDING),
     ),
 )

@@ -28,6 +28,14 @@ NVML_INIT = (
     "NVML API reference: initialization and NVML_ERROR_LIB_RM_VERSION_MISMATCH",
     "https://docs.nvidia.com/deploy/nvml-api/group__nvmlInitializationAndCleanup.html",
 )
+NVML_CHANGE_LOG = (
+    "NVML API reference: change log (the driver release that added each function)",
+    "https://docs.nvidia.com/deploy/nvml-api/latest/change-log.html",
+)
+NVML_PYTHON_BINDING = (
+    "nvidia-ml-py (pynvml), NVIDIA's Python binding of NVML: release history, one release per driver branch",
+    "https://pypi.org/project/nvidia-ml-py/#history",
+)
 DRIVER_PERSISTENCE = (
     "NVIDIA driver persistence (persistence mode and nvidia-persistenced)",
     "https://docs.nvidia.com/deploy/driver-persistence/index.html",
