@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpufleet.tuning.plugins.module_utils import nvlink_platform
 from ansible_collections.gpufleet.tuning.plugins.module_utils import pci as pci_bus
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import SEVERITIES
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
@@ -114,6 +115,9 @@ def check_aer(facts, pol):
     return result("pass", observed, expected, "no PCIe AER errors of concern")
 
 
+# NVML start-up errors whose cause another rule reports (a driver upgrade without a reboot: the loaded kernel module
+# and the library differ, NVML_ERROR_LIB_RM_VERSION_MISMATCH): GPU-HLT-003 is then unknown, not a second finding.
+_CAUSE_REPORTED_BY = {"LibRmVersionMismatch": "SW-KMOD-001"}
 # GPUs given away on purpose: bound to vfio-pci/pci-stub for a VM, or SR-IOV virtual functions (vGPU).
 _NOT_THIS_HOSTS = ("vfio-pci", "pci-stub")
 
@@ -148,6 +152,29 @@ def check_gpu_count(facts, pol):
     want = {"count": expected, "not_in_nvml": []}
     count = len(usable)
     why = "" if nvml_ok else " (NVML: %s)" % (observed["nvml_error"] or "not available")
+    if not nvml_ok and (on_bus or expected is not None):
+        # NVML did not start: no GPU is listed, so "on the bus but not in NVML" would name every GPU for one cause.
+        code = (gpu.get("nvml") or {}).get("error_code")
+        cause = observed["nvml_error"] or code or "not available"
+        seen = "the %d NVIDIA GPU(s) on the PCI bus" % len(on_bus) if on_bus else "the GPUs"
+        if code in _CAUSE_REPORTED_BY:
+            return result(
+                "skip",
+                observed,
+                want,
+                "unknown: NVML could not start (%s), which %s reports; whether %s are usable cannot be judged until "
+                "it does" % (cause, _CAUSE_REPORTED_BY[code], seen),
+            )
+        # No other rule names this cause (the module not loaded, the library missing): said here, once.
+        return result(
+            "fail",
+            observed,
+            want,
+            "NVML could not start (%s): none of %s can be used%s"
+            % (cause, seen, "; the policy expects %d" % expected if expected is not None else ""),
+            items=on_bus,
+            severity=None if expected is not None else "high",
+        )
     if expected is not None and count < expected:
         return result(
             "fail",
@@ -293,21 +320,45 @@ def check_nvlink_down(facts, pol):
     return result("pass", observed, expected, "every NVLink link is up")
 
 
+NVLINK_ERROR_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
+
+
+def _unread_text(unread):
+    """'replay, recovery on GPU 0, 1 (NotSupported); crc_data on GPU 3 (NoPermission)' from unread counters."""
+    groups = {}
+    for u in unread:
+        groups.setdefault(u["reason"], {}).setdefault(u["gpu"], []).append(u["counter"])
+    parts = []
+    for reason in sorted(groups, key=str):
+        by_counters = {}
+        for index, counters in groups[reason].items():
+            by_counters.setdefault(tuple(counters), []).append(str(index))
+        for counters, indexes in sorted(by_counters.items()):
+            parts.append("%s on GPU %s (%s)" % (", ".join(counters), ", ".join(indexes), reason))
+    return "; ".join(parts)
+
+
 def check_nvlink_errors(facts, pol):
-    """GPU-NVL-002: NVLink replay/recovery/CRC errors that rose while sampled, judged as DCGM MonitorNVLink4Fields."""
+    """GPU-NVL-002: NVLink replay/recovery/CRC errors that rose while sampled, judged as DCGM MonitorNVLink4Fields.
+    A counter NVML does not return (NotSupported, NoPermission: null in the facts) is not a zero: with no error in
+    the counters it did return, the check is unknown (skip) and names the counters it could not read."""
     gpus = _gpus(facts)
     if gpus is None:
         return skip("no NVIDIA GPUs could be read")
     sampled = [g for g in gpus if _get(g, "nvlink", "errors_increase") and _get(g, "nvlink", "sample_seconds")]
     if not sampled:
         return skip("no GPU reports NVLink error counters sampled over time")
-    observed, items, worst = {}, [], "pass"
+    observed, items, unread, worst = {}, [], [], "pass"
     for g in sampled:
         rise, seconds = g["nvlink"]["errors_increase"], g["nvlink"]["sample_seconds"]
         observed[str(g["index"])] = {"increase": rise, "seconds": seconds, "totals": g["nvlink"].get("errors")}
-        for name in ("replay", "recovery", "crc_flit", "crc_data"):
+        for name in NVLINK_ERROR_COUNTERS:
             n = rise.get(name)
-            if n is None or n < DCGM_LIMIT_MAX_NVLINK_ERROR:
+            if n is None:
+                reason = (g.get("unsupported") or {}).get("nvlink.errors." + name) or "not returned by NVML"
+                unread.append({"gpu": g["index"], "counter": name, "reason": reason})
+                continue
+            if n < DCGM_LIMIT_MAX_NVLINK_ERROR:
                 continue
             if name in ("replay", "recovery"):
                 verdict = "fail"  # DCGM: "Replay and recovery errors are failures, not warnings."
@@ -324,23 +375,88 @@ def check_nvlink_errors(facts, pol):
             )
             worst = "fail" if "fail" in (worst, verdict) else "warn"
     expected = {"replay": 0, "recovery": 0, "crc_per_second": "< %d, none to pass" % DCGM_LIMIT_MAX_NVLINK_CRC_ERROR}
+    not_read = "; not read: %s" % _unread_text(unread) if unread else ""
+    if unread:
+        observed["unread"] = unread
     if not items:
+        if unread:
+            read = len(sampled) * len(NVLINK_ERROR_COUNTERS) - len(unread)
+            return result(
+                "skip",
+                observed,
+                expected,
+                "unknown: NVML does not return NVLink error counters: %s%s"
+                % (
+                    _unread_text(unread),
+                    "; no errors in the %d counter(s) it returns" % read if read else "",
+                ),
+            )
         return result("pass", observed, expected, "no NVLink errors while sampled")
     text = "; ".join("GPU %s %s +%d (%.1f/s)" % (i["gpu"], i["counter"], i["increase"], i["per_second"]) for i in items)
     if worst == "fail":
-        return result("fail", observed, expected, "NVLink errors rising: %s" % text, items=items)
+        return result("fail", observed, expected, "NVLink errors rising: %s%s" % (text, not_read), items=items)
     return result(
         "warn",
         observed,
         expected,
-        "NVLink CRC errors below DCGM's failure rate: %s" % text,
+        "NVLink CRC errors below DCGM's failure rate: %s%s" % (text, not_read),
         items=items,
+        severity="medium",
+    )
+
+
+def _fabric_services_down(facts):
+    """The fabric services this host needs (nvlink_platform) that are known not to run."""
+    platform = nvlink_platform.classify(facts)
+    drv = (facts.get("gpu") or {}).get("driver") or {}
+    down = []
+    if platform and platform["fabricmanager_needed"] and drv.get("fabricmanager_running") is False:
+        down.append("nv-fabricmanager")
+    if platform and platform["nvlsm_needed"] and drv.get("nvlsm_running") is False:
+        down.append("nvlsm")
+    return down
+
+
+def _fabric_training(facts, grace, observed, expected, training):
+    """GPUs whose fabric registration is in progress: normal just after boot; past the boot grace with the fabric
+    manager (or NVLSM) that must train it not running, it never completes."""
+    ids = [i["gpu"] for i in training]
+    uptime = (facts.get("gpu") or {}).get("uptime_s")
+    if uptime is None or uptime <= grace:
+        return result(
+            "warn",
+            observed,
+            expected,
+            "GPU(s) %s: fabric registration in progress (normal for a few minutes after boot)" % ids,
+            items=training,
+            severity="medium",
+        )
+    down = _fabric_services_down(facts)
+    if down:
+        return result(
+            "fail",
+            observed,
+            expected,
+            "GPU(s) %s: fabric registration still in progress %d s after boot (grace %d s, "
+            "health.fabric_boot_grace_s) and %s not running: it will not complete, and CUDA returns "
+            "cudaErrorSystemNotReady on these GPUs" % (ids, uptime, grace, " and ".join(down)),
+            items=training,
+            severity="high",
+        )
+    return result(
+        "warn",
+        observed,
+        expected,
+        "GPU(s) %s: fabric registration still in progress %d s after boot (grace %d s): read the fabric manager's "
+        "log" % (ids, uptime, grace),
+        items=training,
         severity="medium",
     )
 
 
 def check_fabric(facts, pol):
     """GPU-FAB-001: the GPU's NVLink fabric probe (NVSwitch systems), judged as DCGM MonitorFabricFields."""
+    grace = pol["health"]["fabric_boot_grace_s"]
     gpus = _gpus(facts)
     if gpus is None:
         return skip("no NVIDIA GPUs could be read")
@@ -380,15 +496,7 @@ def check_fabric(facts, pol):
             severity="high",
         )
     if training:
-        return result(
-            "warn",
-            observed,
-            expected,
-            "GPU(s) %s: fabric registration in progress (normal for a minute after boot)"
-            % [i["gpu"] for i in training],
-            items=training,
-            severity="medium",
-        )
+        return _fabric_training(facts, grace, observed, expected, training)
     return result("pass", observed, expected, "every GPU is registered in the NVLink fabric")
 
 
@@ -688,7 +796,9 @@ RULES = (
         "GPUs missing: fewer than expected, or on the PCI bus but not in NVML",
         "A GPU the driver failed to bring up at boot never appears in NVML, so it is never reported lost; only the "
         "PCI bus (NVIDIA functions of class 0x0300/0x0302 in /sys/bus/pci/devices) or the expected count "
-        "(health.expected_gpu_count) shows that the host runs short.",
+        "(health.expected_gpu_count) shows that the host runs short. When NVML itself cannot start, the cause is "
+        "one finding: a driver/library mismatch is SW-KMOD-001's and this check is unknown (skip); any other "
+        "start-up error (the module not loaded, the library missing) is reported here once, not per GPU.",
         check_gpu_count,
         manual="Drain the node; check the boot log for the missing GPUs (Xid 79, RmInitAdapter), reseat or service "
         "them.",
@@ -730,7 +840,8 @@ RULES = (
         "DCGM's health watch fails a GPU whose NVLink replay or recovery error counters rose at all in its window "
         "and whose CRC error counters rose at 100 per second or more, and warns (medium here) on fewer CRC errors. "
         "The counters are cumulative, so the audit reads them twice and judges the increase, as DCGM does, not the "
-        "lifetime total.",
+        "lifetime total. A counter NVML does not return (NotSupported, NoPermission) is not a zero: without an "
+        "error in the counters it does return, the check is unknown and names the counters it could not read.",
         check_nvlink_errors,
         manual="Drain the node; reset the GPUs and watch the counters again; errors that keep rising need the "
         "NVLink bridge, baseboard or NVSwitch serviced.",
@@ -744,12 +855,16 @@ RULES = (
         "On NVSwitch systems (HGX H100 and later) a GPU joins the NVLink fabric only when the fabric manager has "
         "trained it: until its fabric state is 'completed' with status success, CUDA cannot use it for peer "
         "traffic and multi-GPU jobs fail, so DCGM fails 'not started' and 'failed' (critical here) and the fabric "
-        "health bits (degraded bandwidth, unhealthy route; high), and warns while training is in progress. GPUs "
-        "that report no fabric (PCIe cards, non-NVSwitch boards) are not findings.",
+        "health bits (degraded bandwidth, unhealthy route; high), and warns while training is in progress. Training "
+        "that has not completed after the boot grace (health.fabric_boot_grace_s) while the fabric manager (on HGX "
+        "B200 and later: or NVLSM) that must train it is not running never completes (CUDA returns "
+        "cudaErrorSystemNotReady): high. GPUs that report no fabric (PCIe cards, non-NVSwitch boards) are not "
+        "findings.",
         check_fabric,
-        manual="Start nvidia-fabricmanager (same version as the driver) and check its log; reset the GPUs and "
-        "NVSwitches if registration failed.",
+        manual="Start nvidia-fabricmanager (same version as the driver; on HGX B200 and later with nvlsm) and check "
+        "its log; reset the GPUs and NVSwitches if registration failed.",
         references=(sources.FABRIC_MANAGER, sources.NVML_QUERIES, sources.DCGM_HEALTH_WATCH),
+        policy_keys=("health.fabric_boot_grace_s",),
     ),
     Rule(
         "GPU-ECC-003",
