@@ -153,8 +153,10 @@ def parse_aer(line):
 def scan(lines):
     """Xid events grouped by code and PCIe AER counts found in ``lines``.
 
-    Returns {"xid": [{code, meaning, severity, count, pci, last}], "aer": {corrected, uncorrected, fatal, last},
-    "sxid": [{code, fatal, severity, count, pci, last}]}.
+    Returns {"xid": [{code, meaning, severity, count, pci, last, last_time}], "aer": {corrected, uncorrected, fatal,
+    last}, "sxid": [{code, fatal, severity, count, pci, last, last_time}]}: ``last`` is the newest line of that code
+    and ``last_time`` its time stamp (epoch seconds; None for a line without an ISO-8601 one), which lets the watch
+    tell an event it already acted on from a new one (watch/drain.py).
     An AER error is logged as an "error received" line followed by "PCIe Bus Error" detail lines; the detail
     lines of an error already counted are not counted again, a detail line alone (no header near) is.
     """
@@ -181,11 +183,13 @@ def scan(lines):
                         "count": 0,
                         "pci": [],
                         "last": None,
+                        "last_time": None,
                     }
                 entry["count"] += 1
                 if found["pci"] and found["pci"] not in entry["pci"]:
                     entry["pci"].append(found["pci"])
                 entry["last"] = truncate(line)
+                entry["last_time"] = line_time(line)
                 continue
         if "AER" in line or "PCIe Bus Error" in line:
             found = parse_aer(line)
@@ -218,6 +222,7 @@ def _add_sxid(sxids, found, line):
             "details": 0,
             "pci": [],
             "last": None,
+            "last_time": None,
         }
     if found["kind"] == "detail":
         entry["details"] += 1
@@ -228,6 +233,7 @@ def _add_sxid(sxids, found, line):
         entry["pci"].append(found["pci"])
     if found["kind"] != "detail" or entry["last"] is None:
         entry["last"] = truncate(line)
+        entry["last_time"] = line_time(line)
 
 
 def _sxid_result(sxids):
@@ -243,6 +249,7 @@ def _sxid_result(sxids):
                 "count": entry["events"] or 1,
                 "pci": sorted(entry["pci"]),
                 "last": entry["last"],
+                "last_time": entry["last_time"],
             }
         )
     return out

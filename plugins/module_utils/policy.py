@@ -151,15 +151,26 @@ SPEC = {
                           "job starved by its CPUs shows up between audits; 0: not (the rules then skip)."),
         "problem_severity": ("critical", "severity",
                              "A finding failing at or above this severity is a problem: the node-problem-detector "
-                             "plugin exits 1 and, with watch.slurm.drain, the node is drained."),
+                             "plugin exits 1 and the checker's journal line names it. Slurm drains follow "
+                             "watch.slurm.drain_severity and the drain rules only."),
         "slurm": {
             "drain": (False, "bool", "Drain this host's Slurm node on a problem (scontrol, reason 'gpufleet: ...')."),
             "resume": (False, "bool",
                        "Resume a node gpufleet drained once a complete run finds no problem; a node drained by "
                        "anyone else is never resumed."),
             "max_drained_fraction": (0.1, "number",
-                                     "Circuit breaker: no drain while the nodes gpufleet has drained are this fraction "
-                                     "of the node's partition or more (the first drain is always allowed)."),
+                                     "Circuit breaker: no drain while the other nodes of the node's partition that "
+                                     "take no new jobs (drained, draining, down or failing, by anyone) are this "
+                                     "fraction of it or more."),
+            "min_available_nodes": (1, "int",
+                                    "Circuit breaker: no drain that would leave fewer than this many nodes of the "
+                                    "node's partition taking jobs. 1: gpufleet never drains a partition's last "
+                                    "available node (that stops the partition; a person decides); 0: no floor."),
+            "drain_severity": ("high", "severity",
+                               "The drain rules (watch/drain.py: GPU lost or needing a reset, fatal Xid/SXid, "
+                               "uncorrectable ECC, row remap, pending retirement, NVLink down, fabric not ready, GPU "
+                               "count short) drain the node when they fail at or above this severity; no other rule "
+                               "ever drains."),
             "node_name": (None, "str", "This host's Slurm NodeName; null: the short host name."),
         },
     },
@@ -432,6 +443,9 @@ def _validate_watch(policy):
     probe_seconds = watch.get("probe_seconds")
     if probe_seconds is not None and not 0 <= probe_seconds <= 30:
         raise PolicyError("policy.watch.probe_seconds: must be 0 (off) to 30 seconds, got %r" % probe_seconds)
+    floor = (watch.get("slurm") or {}).get("min_available_nodes")
+    if isinstance(floor, int) and floor < 0:
+        raise PolicyError("policy.watch.slurm.min_available_nodes: must be >= 0, got %r (0: no floor)" % floor)
     fraction = (watch.get("slurm") or {}).get("max_drained_fraction")
     if fraction is not None and not 0 < fraction <= 1:
         raise PolicyError("policy.watch.slurm.max_drained_fraction: must be > 0 and <= 1, got %r (to never drain, "

@@ -148,6 +148,7 @@ def test_scan_groups_xids_by_code():
         "count": 1,
         "pci": ["0000:3b:00"],
         "last": XID_79,
+        "last_time": None,
     }
     assert found["xid"][2]["severity"] == kl.UNKNOWN_SEVERITY
     assert found["aer"] == {"corrected": 0, "uncorrected": 0, "fatal": 0, "last": None}
@@ -272,6 +273,7 @@ def test_scan_groups_sxid_events_and_counts_detail_lines_once():
         "count": 2,
         "pci": ["0000:c2:00.0"],
         "last": SXID_FATAL,
+        "last_time": None,
     }
     # SXid lines are not Xid lines.
     assert result["xid"] == []
@@ -284,3 +286,15 @@ def test_scan_detail_lines_alone_count_as_one_error():
 
 def test_scan_without_sxid_lines_returns_an_empty_list():
     assert kl.scan([XID_79])["sxid"] == []
+
+
+def test_scan_gives_each_code_the_time_of_its_newest_line():
+    """watch/drain.py tells an event it already acted on from a new one by this time (epoch seconds)."""
+    old = "2026-12-03T09:15:02,000000+00:00 " + XID_79
+    new = "2026-12-03T11:40:17,500000+01:00 " + XID_79
+    sxid = "2026-12-03T11:43:00+00:00 nvidia-nvswitch0: SXid (PCI:0000:c2:00.0): 20034, Fatal, Link 28 LTSSM Fault Up"
+    detail = "2026-12-03T11:43:01+00:00 nvidia-nvswitch0: SXid (PCI:0000:c2:00.0): 20034, Severity 5 Engine 28"
+    found = kl.scan([old, new, sxid, detail])
+    assert found["xid"][0]["last_time"] == kl.line_time(new) == kl.line_time(old) + 5115.5  # 10:40:17.5Z
+    assert found["sxid"][0]["last_time"] == kl.line_time(sxid)  # the error's line, not its detail line
+    assert kl.scan([XID_79])["xid"][0]["last_time"] is None

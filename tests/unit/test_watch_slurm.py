@@ -205,29 +205,68 @@ def test_resume_only_when_on_clean_and_no_problem():
 
 
 @pytest.mark.parametrize(
-    "fraction,action",
-    [(0.5, "suppressed"), (0.34, "suppressed"), (0.6, "drain"), (1.0, "drain")],
+    "fraction,floor,action,why",
+    [
+        (0.5, 0, "suppressed", "2 of 3 nodes already drained, down or failing"),
+        (0.6, 0, "suppressed", "2 of 3 nodes already drained, down or failing"),
+        (0.7, 0, "drain", None),
+        (1.0, 1, "suppressed", "draining it would leave 0 of 3 nodes, below watch.slurm.min_available_nodes 1"),
+    ],
 )
-def test_circuit_breaker_counts_gpufleet_drains_per_partition(fraction, action):
-    """sl3 is in gpu (sl1 drained by hand, sl2 by gpufleet: 1 of 3) and big (sl2 by gpufleet: 1 of 2)."""
+def test_circuit_breaker_counts_every_unavailable_node_per_partition(fraction, floor, action, why):
+    """sl3 is in gpu (sl1 drained by hand, sl2 by gpufleet: 2 of 3 take no jobs) and big (sl2: 1 of 2)."""
     sc = Scontrol(node_block(rec("nodes-breaker.txt"), "sl3"), rec("nodes-breaker.txt"))
-    out = slurm.reconcile(sc, "sl3", [LOST], True, dict(ON, max_drained_fraction=fraction))
+    settings = dict(ON, max_drained_fraction=fraction, min_available_nodes=floor)
+    out = slurm.reconcile(sc, "sl3", [LOST], True, settings)
     assert out["action"] == action
     assert out["suppressed"] is (action == "suppressed")
     assert out["drained"] is (action == "drain")
     assert len(sc.updates) == (1 if action == "drain" else 0)
     if action == "suppressed":
-        assert "partition big" in out["message"] and "1 of 2" in out["message"]
+        assert "partition gpu" in out["message"] and why in out["message"] and "sl1,sl2" in out["message"]
         assert out["reason"] == slurm.build_reason([LOST])
 
 
-def test_a_hand_drained_node_does_not_count_for_the_breaker():
-    """Partition gpu: sl1 drained by hand, sl2 by gpufleet: 1 of 3 counts, not 2."""
+def test_a_hand_drained_node_counts_for_the_breaker():
+    """Partition gpu: sl1 drained by hand, sl2 by gpufleet: both take no jobs, 2 of 3 count (before, only
+    gpufleet's own drains counted, and a partition thinned by hand or by other checks could be drained to nothing)."""
     nodes = slurm.parse_nodes(rec("nodes-breaker.txt"))
     sl3 = dict(next(n for n in nodes if n["name"] == "sl3"), partitions=["gpu"])
-    assert slurm.breaker(nodes, sl3, 0.4) == (False, None)
-    hold, detail = slurm.breaker(nodes, sl3, 0.33)
-    assert hold and detail["nodes"] == ["sl2"] and detail["size"] == 3
+    assert slurm.breaker(nodes, sl3, 0.7, 0) == (False, None)
+    hold, detail = slurm.breaker(nodes, sl3, 0.4, 0)
+    assert hold and detail["nodes"] == ["sl1", "sl2"] and detail["size"] == 3 and detail["unavailable"] == 2
+
+
+def test_a_down_node_counts_for_the_breaker():
+    """A node set DOWN by hand (node-down-foreign.txt: DOWN+DRAIN) takes no jobs: it counts."""
+    (down,) = slurm.parse_nodes(rec("node-down-foreign.txt"))
+    (idle,) = slurm.parse_nodes(rec("node-idle.txt"))
+    down = dict(down, name="sl2", partitions=["gpu"])
+    me = dict(idle, partitions=["gpu"])
+    assert slurm.breaker([down, me], me, 0.5, 0)[0] is True
+    assert slurm.breaker([dict(down, base="IDLE", flags=[]), me], me, 0.5, 0) == (False, None)
+
+
+@pytest.mark.parametrize("floor,action", [(1, "drain"), (2, "suppressed")])
+def test_never_drains_below_min_available_nodes(floor, action):
+    """All idle: draining sl3 leaves 2 of 3 nodes of gpu and 1 of 2 of big taking jobs."""
+    sc = Scontrol(rec("node-idle.txt"), rec("nodes-idle.txt"))
+    out = slurm.reconcile(sc, "sl3", [LOST], True, dict(ON, max_drained_fraction=1.0, min_available_nodes=floor))
+    assert out["action"] == action
+    if action == "suppressed":
+        assert "partition big: draining it would leave 1 of 2 nodes, below watch.slurm.min_available_nodes 2" in (
+            out["message"]
+        )
+        assert sc.updates == []
+
+
+def test_the_node_read_by_the_caller_is_not_read_again():
+    """reconcile(current=...) uses the node the checker already read (to see a resume) instead of a second call."""
+    (idle,) = slurm.parse_nodes(rec("node-idle.txt"))
+    sc = Scontrol(rec("node-idle.txt"), rec("nodes-idle.txt"))
+    out = slurm.reconcile(sc, "sl3", [LOST], True, ON, current=idle)
+    assert out["action"] == "drain"
+    assert ["scontrol", "show", "node", "sl3"] not in sc.calls
 
 
 def test_first_drain_always_allowed():

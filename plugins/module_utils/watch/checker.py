@@ -13,7 +13,9 @@ reader options) and a systemd timer. Nothing else is needed on the host at run t
 - ``run`` (the timer, or Slurm's HealthCheckProgram): one check; writes ``<watch.textfile_dir>/gpufleet.prom``
   (node_exporter's textfile collector) and ``watch.state_file`` atomically; logs one line per run and one per
   finding that started or cleared (stdout: the journal under systemd); with ``watch.slurm.drain``, drains or
-  resumes this host's Slurm node (``watch/slurm.py``). Exit 0 when the host was checked, 2 when it could not be.
+  resumes this host's Slurm node (``watch/slurm.py``) for the findings of the drain rules only, a kernel-log event
+  only until a resume followed it (``watch/drain.py``; its position is kept in the state file, key ``drain``).
+  Exit 0 when the host was checked, 2 when it could not be.
 - ``npd`` (a Kubernetes node-problem-detector custom plugin): writes nothing; prints one line of at most 80
   characters and exits 0 (no problem), 1 (a finding failing at or above ``watch.problem_severity``) or 2 (unknown:
   the check could not run).
@@ -41,7 +43,7 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import writ
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import balance
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import SEVERITIES, PolicyError, validate
-from ansible_collections.gpufleet.tuning.plugins.module_utils.watch import slurm
+from ansible_collections.gpufleet.tuning.plugins.module_utils.watch import drain, slurm
 
 DEFAULT_CONFIG = "/etc/gpufleet/watch.json"
 REEXEC_MARKER = "GPUFLEET_WATCH_ENVIRONMENT"
@@ -273,6 +275,51 @@ def read_state(path):
     return state if isinstance(state, dict) and state.get("version") == STATE_VERSION else {}
 
 
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id(root="/"):
+    """The running kernel's boot id (a new one every boot), or None."""
+    text = HostFS(root).read(BOOT_ID)
+    return text.strip() or None if text else None
+
+
+def slurm_step(config, result, previous, run_command, log):
+    """Drain or resume this host's Slurm node for this run: (slurm state, drain state) for the state file.
+
+    The node is read first: when the previous run had drained it for kernel-log events (``drain.drained_for``) and
+    it now takes jobs again, it was resumed, and those events are acknowledged (watch/drain.py). Then only the
+    findings that drain (drain rules at or above watch.slurm.drain_severity, kernel-log events not acknowledged) go
+    to ``slurm.reconcile``."""
+    settings = config["policy"]["watch"]["slurm"]
+    node = settings["node_name"] or socket.gethostname().split(".")[0]
+    log_fact = (result["facts"].get("host") or {}).get("kernel_log") or {}
+    boot, source = boot_id(config["audit"]["root"]), log_fact.get("source")
+    before = previous.get("drain") if isinstance(previous.get("drain"), dict) else {}
+    acknowledged = drain.applies(before.get("acknowledged"), boot, source)
+    drained_for = before.get("drained_for")
+    if drained_for and before.get("boot_id") != boot and source != "file":
+        drained_for = None  # events of a boot whose log is gone (dmesg/journal show the running boot only)
+    current, _why = slurm.show_node(run_command, node)
+    if drained_for and current is not None and not slurm.unavailable(current):
+        acknowledged = drain.merge(acknowledged, drained_for)
+        log("slurm: node %s takes jobs again after gpufleet drained it for kernel-log events: those events no "
+            "longer drain it, new ones do" % node)
+        drained_for = None
+    to_drain = drain.findings_that_drain(result["findings"], settings["drain_severity"], acknowledged)
+    outcome = slurm.reconcile(run_command, node, to_drain, is_clean(result), settings, current=current)
+    if outcome.get("drained"):
+        drained_for = drain.merge(drained_for, drain.events(to_drain))
+    slurm_state = {"node": node, "drained": bool(outcome.get("drained")),
+                   "suppressed": bool(outcome.get("suppressed")), "reason": outcome.get("reason"),
+                   "action": outcome.get("action")}
+    drain_state = {"boot_id": boot, "source": source, "drained_for": drained_for,
+                   "acknowledged": dict(acknowledged, boot_id=boot) if acknowledged else None}
+    if outcome.get("message"):
+        log("slurm: %s" % outcome["message"])
+    return slurm_state, drain_state
+
+
 def textfile(config, result, state, run):
     """The node_exporter textfile: the controller report's finding families, then the checker's own."""
     host = config["host"]
@@ -404,7 +451,7 @@ def main(argv=None, version=None, out=None):
              "last_success": finished if result is not None else previous.get("last_success"),
              "findings": (state_entries(result["findings"], previous.get("findings", {}), finished)
                           if result is not None else previous.get("findings", {})),
-             "slurm": previous.get("slurm")}
+             "slurm": previous.get("slurm"), "drain": previous.get("drain")}
     if args.print_only:
         out.write(textfile(config, result, state, run))
         return EXIT_OK if result is not None else EXIT_UNKNOWN
@@ -415,13 +462,7 @@ def main(argv=None, version=None, out=None):
         for line in changes(previous.get("findings", {}), state["findings"]):
             log(line)
     if watch["slurm"]["drain"] and result is not None:
-        node = watch["slurm"]["node_name"] or socket.gethostname().split(".")[0]
-        outcome = slurm.reconcile(commands.runner(HostModule({})), node, problem_list, is_clean(result), watch["slurm"])
-        state["slurm"] = {"node": node, "drained": bool(outcome.get("drained")),
-                          "suppressed": bool(outcome.get("suppressed")), "reason": outcome.get("reason"),
-                          "action": outcome.get("action")}
-        if outcome.get("message"):
-            log("slurm: %s" % outcome["message"])
+        state["slurm"], state["drain"] = slurm_step(config, result, previous, commands.runner(HostModule({})), log)
     log(summary_line(config, result, problem_list, run))
     status = EXIT_OK if result is not None else EXIT_UNKNOWN
     try:

@@ -9,11 +9,14 @@ run when ``watch.slurm.drain`` is on. It talks to slurmctld only through ``scont
 
 - A node whose Slurm reason starts with ``gpufleet:`` is drained by gpufleet; any other drained, down or failed
   node belongs to someone else and is never touched, whatever the findings ("foreign").
-- A problem (a finding failing at or above ``watch.problem_severity``) drains the node
-  (``scontrol update nodename=N state=drain reason="gpufleet: GPU-HLT-002 ..."``), unless the circuit breaker holds
-  it back: in any partition of the node, the nodes gpufleet has drained are already ``max_drained_fraction`` of the
-  partition's nodes or more ("suppressed"; the first drain is always allowed). A bad policy or a driver roll-out
-  seen on every node must not drain the cluster.
+- A problem drains the node (``scontrol update nodename=N state=drain reason="gpufleet: GPU-HLT-002 ..."``); which
+  findings are problems for Slurm is the checker's choice (``watch/drain.py``: only the health rules of its list,
+  a kernel-log event only until a resume followed it). The circuit breaker holds a drain back ("suppressed") when,
+  in any partition of the node, the other nodes that take no new jobs - drained, draining, down or failing, by
+  anyone, not only by gpufleet - are already ``max_drained_fraction`` of the partition's nodes or more, or when
+  draining this node would leave fewer than ``min_available_nodes`` nodes of the partition taking jobs. A bad policy
+  or a driver roll-out seen on every node must not drain the cluster, and gpufleet must not finish off a partition
+  that maintenance or other health checks have already thinned.
 - A node gpufleet drained stays drained while it has problems; when the problems change, only its reason is
   rewritten (``scontrol update nodename=N reason=...``: the state is left as it is, "update").
 - It is resumed (``state=resume``) only with ``watch.slurm.resume`` on, no problem, and ``clean``: a complete run
@@ -166,20 +169,42 @@ def drained_by_us(node):
     return unavailable(node) and is_ours(node["reason"])
 
 
-def breaker(nodes, node, fraction):
-    """(hold, detail): hold is True when, in one of ``node``'s partitions, the nodes gpufleet has drained are at
-    least ``fraction`` of the partition. A node in no partition is judged against every node Slurm knows."""
+def breaker(nodes, node, fraction, min_available=1):
+    """(hold, detail): hold is True when, in one of ``node``'s partitions, the other nodes that take no new jobs
+    (``unavailable``: drained, draining, down, failing - whoever set them so) are at least ``fraction`` of the
+    partition, or when draining ``node`` would leave fewer than ``min_available`` nodes of it available. A node in no
+    partition is judged against every node Slurm knows. ``detail`` (the worst partition): partition, unavailable
+    (count), size, share, left (available nodes after the drain), nodes (the unavailable ones), why."""
     partitions = node["partitions"] or [None]
     worst = None
     for part in partitions:
         members = [n for n in nodes if part is None or part in n["partitions"]]
         size = len(members) or 1
-        ours = sorted(n["name"] for n in members if n["name"] != node["name"] and drained_by_us(n))
-        share = float(len(ours)) / size
-        detail = {"partition": part or "(all nodes)", "drained": len(ours), "size": size, "share": share, "nodes": ours}
-        if share >= fraction and (worst is None or share > worst["share"]):
+        out = sorted(n["name"] for n in members if n["name"] != node["name"] and unavailable(n))
+        share = float(len(out)) / size
+        left = size - len(out) - 1
+        why = []
+        if share >= fraction:
+            why.append("%d of %d nodes already drained, down or failing, at or above watch.slurm.max_drained_fraction "
+                       "%g" % (len(out), size, fraction))
+        if left < min_available:
+            why.append("draining it would leave %d of %d nodes, below watch.slurm.min_available_nodes %d"
+                       % (max(left, 0), size, min_available))
+        detail = {"partition": part or "(all nodes)", "unavailable": len(out), "size": size, "share": share,
+                  "left": left, "nodes": out, "why": "; ".join(why)}
+        if why and (worst is None or (left, -share) < (worst["left"], -worst["share"])):
             worst = detail
     return worst is not None, worst
+
+
+def show_node(run, node):
+    """(node dict, None) from ``scontrol show node NODE``, or (None, why) when it cannot be read."""
+    argv = ["scontrol", "show", "node", node]
+    rc, out, err = run(argv)
+    found = [n for n in parse_nodes(out) if n["name"] == node] if rc == 0 else []
+    if not found:
+        return None, (_scontrol_failed(argv, rc, out, err) if rc != 0 else "scontrol knows no node %s" % node)
+    return found[0], None
 
 
 def _scontrol_failed(argv, rc, out, err):
@@ -197,7 +222,7 @@ def _result(action, drained, message, reason=None, suppressed=False):
     }
 
 
-def reconcile(run, node, problems, clean, settings):
+def reconcile(run, node, problems, clean, settings, current=None):
     """Bring node ``node``'s Slurm state in line with this run's ``problems``; see the module docstring.
 
     Returns ``{"action": "drain"|"update"|"resume"|"none"|"suppressed"|"foreign"|"error", "drained": bool,
@@ -205,7 +230,8 @@ def reconcile(run, node, problems, clean, settings):
     after this call (on an error: as last read, False when it could not be read); ``reason`` the gpufleet reason on
     the node after this call, or the one this run would have set (suppressed, foreign, error; None without
     problems); ``message`` one journal line. A node gpufleet drained keeps its reason while the same rules fail (a
-    message's numbers may move between runs); another set of rules rewrites it ("update").
+    message's numbers may move between runs); another set of rules rewrites it ("update"). ``current``: the node
+    as ``show_node`` read it in this run already (the checker reads it first to see a resume), else it is read here.
     """
     settings = settings or {}
     problems = list(problems or [])
@@ -213,13 +239,12 @@ def reconcile(run, node, problems, clean, settings):
     if not settings.get("drain"):
         return _result("none", False, "draining is off (watch.slurm.drain)", reason)
 
-    argv = ["scontrol", "show", "node", node]
-    rc, out, err = run(argv)
-    found = [n for n in parse_nodes(out) if n["name"] == node] if rc == 0 else []
-    if not found:
-        why = _scontrol_failed(argv, rc, out, err) if rc != 0 else "scontrol knows no node %s" % node
-        return _result("error", False, why + "; nothing changed", reason)
-    me = found[0]
+    if current is None:
+        me, why = show_node(run, node)
+        if me is None:
+            return _result("error", False, why + "; nothing changed", reason)
+    else:
+        me = current
     ours = drained_by_us(me)
     state = me["state"]
 
@@ -262,22 +287,15 @@ def reconcile(run, node, problems, clean, settings):
                 "breaker could not count the drained nodes",
                 reason,
             )
-        hold, detail = breaker(parse_nodes(out), me, fraction)
+        min_available = int(settings.get("min_available_nodes", 1))
+        hold, detail = breaker(parse_nodes(out), me, fraction, min_available)
         if hold:
             return _result(
                 "suppressed",
                 False,
-                "circuit breaker: node %s NOT drained although %s; gpufleet already drained %d of %d nodes of "
-                "partition %s (%s), at or above watch.slurm.max_drained_fraction %g"
-                % (
-                    node,
-                    reason,
-                    detail["drained"],
-                    detail["size"],
-                    detail["partition"],
-                    ",".join(detail["nodes"]),
-                    fraction,
-                ),
+                "circuit breaker: node %s NOT drained although %s; partition %s: %s%s"
+                % (node, reason, detail["partition"], detail["why"],
+                   " (taking no jobs: %s)" % ",".join(detail["nodes"]) if detail["nodes"] else ""),
                 reason,
                 suppressed=True,
             )
