@@ -9,13 +9,21 @@ nvidia_driver_reload gather it):
 - whether a new module would load under Secure Boot (``secure_boot_verdict``);
 - whether a driver change may run now, and how it is finished (``plan_change``): a new user-space driver under an
   old loaded kernel module makes every new CUDA/NVML process fail ("Driver/library version mismatch",
-  NVML_ERROR_LIB_RM_VERSION_MISMATCH) until the module is reloaded or the host reboots.
+  NVML_ERROR_LIB_RM_VERSION_MISMATCH) until the module is reloaded or the host reboots;
+- whether the host's NVLink fabric software (fabric manager, NSCQ, IMEX) moves with the driver
+  (``fabric_decision``), and the refusal when the package sources lack it in the driver's exact version.
 
 Sources: NVIDIA Driver Installation Guide, "Kernel Modules" (docs.nvidia.com/datacenter/tesla/
 driver-installation-guide/): the open GPU kernel modules are the default from the 560 branch; Blackwell and Grace
 Hopper need them; Turing, Ampere, Ada and Hopper support both; Maxwell, Pascal and Volta (and older) need the
 proprietary flavour. Open modules exist from the 515 branch. Same guide, "Secure Boot": the module must be signed
 with a key the firmware (or shim's MOK list) trusts, otherwise it does not load.
+NVIDIA Fabric Manager User Guide (docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/): fabric manager
+runs on NVSwitch systems (HGX/DGX A100, H100 and later); at start it checks the loaded driver stack's version and
+aborts when it is not compatible, so its package (nvidia-fabricmanager-<branch> on Debian/Ubuntu,
+nvidia-fabric-manager on RHEL) and libnvidia-nscq-<branch> are installed at exactly the driver's version. The
+NVIDIA IMEX guide (docs.nvidia.com/multi-node-nvlink-systems/imex-guide/): nvidia-imex-<branch> follows the driver's
+version the same way.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -63,7 +71,9 @@ SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-" + SECURE_BOOT_GUID
 # Device files of the driver (nvidia0..N, nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset, nvidia-caps/*).
 DEVICE_RE = re.compile(r"^/dev/nvidia")
 # Processes of the driver itself, which hold the device files and are stopped and started again around a reload.
-DRIVER_DAEMONS = frozenset(("nvidia-persiste", "nvidia-persistenced", "nv-fabricmanage", "nv-fabricmanager"))
+DRIVER_DAEMONS = frozenset(
+    ("nvidia-persiste", "nvidia-persistenced", "nv-fabricmanage", "nv-fabricmanager", "nvidia-imex")
+)
 # Kernel modules of the driver, in the order they are unloaded (dependants first).
 MODULES = ("nvidia_peermem", "nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia")
 
@@ -282,7 +292,8 @@ def module_users(refcounts):
 def in_use(processes, holders):
     """Why the GPUs are in use (a list of reasons; empty: not in use). ``processes``: NVML compute processes
     [{'gpu', 'pid'}] (None: NVML could not tell). ``holders``: [{'pid', 'comm', 'path'}] of /dev/nvidia*; the
-    driver's own daemons (nvidia-persistenced, nv-fabricmanager) do not count: a reload stops and restarts them."""
+    driver's own daemons (nvidia-persistenced, nv-fabricmanager, nvidia-imex) do not count: a reload stops and
+    restarts them."""
     reasons = []
     procs = sorted(set((p.get("pid"), p.get("gpu")) for p in processes or []), key=lambda p: (p[0] or 0, p[1]))
     if procs:
@@ -306,6 +317,63 @@ def in_use(processes, holders):
     return reasons
 
 
+# The NVLink fabric's packages (any branch): fabric manager (Debian/Ubuntu nvidia-fabricmanager-<branch>, RHEL
+# nvidia-fabric-manager), NSCQ (libnvidia-nscq-<branch>) and IMEX (nvidia-imex-<branch>).
+FABRIC_PACKAGE_RE = re.compile(
+    r"^(nvidia-fabricmanager-[0-9]+|nvidia-fabric-manager|libnvidia-nscq-[0-9]+|nvidia-imex(-[0-9]+)?)$"
+)
+IMEX_RE = re.compile(r"^nvidia-imex(-[0-9]+)?$")
+
+
+def fabric_decision(requested, nvswitches, installed_packages):
+    """Whether the driver change moves the host's NVLink fabric software with it.
+
+    ``requested``: nvidia_driver_fabricmanager (True/False: the owner's choice; None: decide from the host).
+    ``nvswitches``: NVSwitch PCI functions on the bus (a list; None when the PCI bus could not be read).
+    ``installed_packages``: names of the installed packages (any, only the fabric's are looked at).
+
+    Returns {'managed', 'source' (user, nvswitch, installed, none), 'reason', 'nvswitches' (count or None),
+    'installed' (the fabric packages installed now), 'imex' (an IMEX package is installed)}. Auto manages the fabric
+    when NVSwitches are on the PCI bus or a fabric package is installed: a driver change without them would leave
+    fabric manager at the old version, which refuses to start, and every GPU unusable for CUDA.
+    """
+    fabric = sorted(n for n in (installed_packages or []) if FABRIC_PACKAGE_RE.match(n))
+    count = None if nvswitches is None else len(nvswitches)
+    out = {
+        "nvswitches": count,
+        "installed": fabric,
+        "imex": any(IMEX_RE.match(n) for n in fabric),
+    }
+    if requested is not None:
+        out.update(
+            managed=bool(requested),
+            source="user",
+            reason="nvidia_driver_fabricmanager is %s (NVSwitches on the PCI bus: %s; installed: %s)"
+            % (str(bool(requested)).lower(), "unknown" if count is None else count, ", ".join(fabric) or "none"),
+        )
+        return out
+    if count:
+        out.update(
+            managed=True,
+            source="nvswitch",
+            reason="%d NVSwitch(es) on the PCI bus: fabric manager and NSCQ follow the driver's exact version" % count,
+        )
+    elif fabric:
+        out.update(
+            managed=True,
+            source="installed",
+            reason="%s installed: kept at the driver's exact version" % ", ".join(fabric),
+        )
+    else:
+        out.update(
+            managed=False,
+            source="none",
+            reason="no NVSwitch on the PCI bus%s and no fabric manager installed"
+            % (" (the bus could not be read)" if count is None else ""),
+        )
+    return out
+
+
 def plan_change(
     installed,
     target,
@@ -316,13 +384,16 @@ def plan_change(
     secure_boot=(True, ""),
     flavour_conflict=None,
     change=None,
+    fabric_missing=None,
 ):
     """How a driver change from ``installed`` to ``target`` may run on this host.
 
     ``installed``/``target``: package versions ('' none installed / target not known before installing, as with
     dnf's stream); ``change``: whether the package step would change anything (default: installed != target).
     ``loaded``: the loaded nvidia module's version ('' none). ``busy``: reasons from ``in_use``. ``secure_boot``:
-    (ok, message) from ``secure_boot_verdict``.
+    (ok, message) from ``secure_boot_verdict``. ``fabric_missing``: the fabric packages (fabric manager, NSCQ,
+    IMEX) the package sources lack in the driver's version ('nvidia-fabricmanager-550 550.90.07'): the change is
+    refused, since the fabric manager would be removed or left at a version that refuses to start.
 
     Returns {'action', 'blockers', 'message'}; action is one of
       none    nothing to change;
@@ -333,6 +404,21 @@ def plan_change(
     """
     if change is None:
         change = bool(target) and installed != target
+    if fabric_missing:
+        what = "driver %s -> %s" % (upstream(installed) or "none", upstream(target) or "the branch's newest")
+        if not change:
+            what = "fabric manager at driver %s" % (upstream(installed) or "none")
+        blocker = (
+            "no %s in the package sources: fabric manager, NSCQ and IMEX must match the driver's version exactly "
+            "(NVIDIA Fabric Manager User Guide)" % ", ".join(fabric_missing)
+        )
+        return {
+            "action": "blocked",
+            "blockers": [blocker],
+            "message": "%s refused (nothing removed, nothing installed): %s; without them the NVLink fabric is "
+            "not set up and CUDA cannot use the GPUs. Add them to the repository, or choose a driver version that "
+            "has them (nvidia_driver_version)." % (what, blocker),
+        }
     if not change:
         return {"action": "none", "blockers": [], "message": "the driver needs no change"}
     what = "driver %s -> %s" % (upstream(installed) or "none", upstream(target) or "the branch's newest")

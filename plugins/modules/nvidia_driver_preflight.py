@@ -29,6 +29,12 @@ description:
     (C(reboot_ok)) or V(blocked) with the reasons in C(plan.blockers). A new user-space driver under an old
     loaded module makes every new CUDA/NVML process fail with "Driver/library version mismatch" until a reload or
     reboot.
+  - Whether the driver change moves the NVLink fabric's software with it (C(fabric)) - fabric manager, NSCQ and, where
+    installed, IMEX must run at exactly the driver's version (NVIDIA Fabric Manager User Guide: fabric manager aborts
+    when the loaded driver's version is not its own). Unless C(fabricmanager) says otherwise, they move when
+    NVSwitches are on the PCI bus (NVIDIA functions of class C(0x0680)) or a fabric package is installed. With
+    C(fabric_missing) (fabric packages the package sources lack in the driver's version) the change is V(blocked):
+    nothing would be removed or installed.
 author:
   - gpufleet contributors (@gpufleet)
 options:
@@ -56,6 +62,24 @@ options:
     description: Whether the package step changes the driver; unset - it does when C(target_version) differs from
       C(installed_version). Without either, no C(plan) is made.
     type: bool
+  fabricmanager:
+    description:
+      - Whether fabric manager, NSCQ and IMEX (where installed) move with the driver - V(true) or V(false) is the
+        owner's choice; unset decides from the host (NVSwitches on the PCI bus, or a fabric package installed).
+    type: bool
+  installed_packages:
+    description: Names of the installed packages (the fabric's - C(nvidia-fabricmanager-*), C(nvidia-fabric-manager),
+      C(libnvidia-nscq-*), C(nvidia-imex*) - are looked at).
+    type: list
+    elements: str
+    default: []
+  fabric_missing:
+    description:
+      - Fabric packages the package sources lack in the driver's target version, each as C(name version), e.g.
+        C(nvidia-fabricmanager-550 550.90.07). Non-empty - C(plan) is V(blocked) and names them.
+    type: list
+    elements: str
+    default: []
   reboot_ok:
     description: A reboot may finish the change.
     type: bool
@@ -141,6 +165,15 @@ secure_boot:
     C(enabled) (true, false, null unknown), C(key_enrolled), C(signer), C(ok) (a new module would load) and C(message).
   returned: always
   type: dict
+fabric:
+  description: >-
+    Whether the NVLink fabric's software moves with the driver - C(managed) (bool), C(source) (user, nvswitch,
+    installed, none), C(reason), C(nvswitches) (count on the PCI bus; null when the bus could not be read),
+    C(installed) (fabric packages installed now) and C(imex) (an IMEX package is installed).
+  returned: always
+  type: dict
+  sample: {managed: true, source: nvswitch, reason: "4 NVSwitch(es) on the PCI bus: ...", nvswitches: 4,
+           installed: [libnvidia-nscq-535, nvidia-fabricmanager-535], imex: false}
 plan:
   description: >-
     C(action) (none, install, reload, reboot, blocked), C(blockers) and C(message); null without C(target_version)
@@ -210,6 +243,9 @@ def main():
         installed_open=dict(type="bool"),
         target_version=dict(type="str", default=""),
         change=dict(type="bool"),
+        fabricmanager=dict(type="bool"),
+        installed_packages=dict(type="list", elements="str", default=[]),
+        fabric_missing=dict(type="list", elements="str", default=[]),
         reboot_ok=dict(type="bool", default=False),
         reload_ok=dict(type="bool", default=True),
         dkms_key=dict(type="path", default="/var/lib/dkms/mok.pub"),
@@ -234,6 +270,13 @@ def main():
         source = "pci" if gpus else "none"
     installed_branch = nd.branch_of(p["installed_version"])
     flavour = nd.choose_flavour(gpus, p["branch"], p["open"], p["installed_open"], installed_branch)
+    # NVSwitches: NVIDIA bridges of class 0x0680 (HGX A100/H100) and, where the PCI reader lists them, the
+    # NVSwitch management bridges through which fabric manager reaches fifth-generation NVLink switches (HGX B200).
+    bus = facts.get("pci") or {}
+    switches = None
+    if bus.get("available"):
+        switches = list(bus.get("nvswitches") or []) + list(bus.get("nvswitch_bridges") or [])
+    fabric = nd.fabric_decision(p["fabricmanager"], switches, p["installed_packages"])
 
     modules = nd.loaded_modules(fs)
     kmod = facts["driver"].get("kernel_module_version")
@@ -260,7 +303,7 @@ def main():
     sb = secure_boot(module, fs, local, p["dkms_key"], p["kernel"])
 
     plan = None
-    if p["target_version"] or p["change"] is not None:
+    if p["target_version"] or p["change"] is not None or p["fabric_missing"]:
         plan = nd.plan_change(
             p["installed_version"],
             p["target_version"],
@@ -271,6 +314,7 @@ def main():
             (sb["ok"], sb["message"]),
             flavour["conflict"],
             p["change"],
+            p["fabric_missing"],
         )
         if processes is None and loaded["version"] and plan["action"] == "reload":
             plan["message"] += " (NVML could not list compute processes: %s; judged by /dev/nvidia* holders)" % (
@@ -287,6 +331,7 @@ def main():
         processes=processes,
         holders=holders,
         secure_boot=sb,
+        fabric=fabric,
         plan=plan,
         nvml=facts["nvml"],
     )

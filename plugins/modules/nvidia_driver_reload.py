@@ -33,7 +33,7 @@ options:
     description: systemd units holding the device files that are stopped for the reload and started again.
     type: list
     elements: str
-    default: [nvidia-persistenced.service, nvidia-fabricmanager.service]
+    default: [nvidia-persistenced.service, nvidia-fabricmanager.service, nvidia-imex.service]
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.tuning.attributes
@@ -101,7 +101,9 @@ def main():
     argument_spec.update(
         version=dict(type="str", required=True),
         services=dict(
-            type="list", elements="str", default=["nvidia-persistenced.service", "nvidia-fabricmanager.service"]
+            type="list",
+            elements="str",
+            default=["nvidia-persistenced.service", "nvidia-fabricmanager.service", "nvidia-imex.service"],
         ),
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)

@@ -245,3 +245,90 @@ def test_device_holders_and_efivar_from_a_root(tmp_path):
     fs = HostFS(str(tmp_path))
     assert nd.device_holders(fs) == [{"pid": 321, "comm": "python3", "path": "/dev/nvidia0"}]
     assert nd.secure_boot_state(nd.read_efivar(fs)) is True
+
+
+# ------------------------------------------------------------------------------------------ the NVLink fabric
+
+SWITCHES = [{"address": "0000:%02x:00.0" % (5 + i), "device": "0x22a3", "class": "0x068000"} for i in range(4)]
+HGX_535 = ["nvidia-driver-535", "nvidia-fabricmanager-535", "libnvidia-nscq-535", "nvidia-dkms-535"]
+
+
+def test_nvswitches_on_the_bus_move_the_fabric_with_the_driver():
+    """An HGX H100 whose fabric manager is not even installed: the NVSwitches alone decide (SW-FM-001)."""
+    fabric = nd.fabric_decision(None, SWITCHES, ["nvidia-driver-535", "nvidia-dkms-535"])
+    assert (fabric["managed"], fabric["source"], fabric["nvswitches"]) == (True, "nvswitch", 4)
+    assert fabric["installed"] == [] and fabric["imex"] is False
+
+
+def test_an_installed_fabric_manager_moves_with_the_driver_without_switches_seen():
+    fabric = nd.fabric_decision(None, None, HGX_535 + ["nvidia-imex-535", "nvidia-utils-535"])
+    assert (fabric["managed"], fabric["source"], fabric["nvswitches"]) == (True, "installed", None)
+    assert fabric["installed"] == [
+        "libnvidia-nscq-535",
+        "nvidia-fabricmanager-535",
+        "nvidia-imex-535",
+    ]
+    assert fabric["imex"] is True
+
+
+def test_rhel_fabric_manager_counts_as_installed():
+    assert nd.fabric_decision(None, [], ["nvidia-fabric-manager", "nvidia-driver"])["managed"] is True
+
+
+def test_no_switch_and_no_fabric_package_leaves_the_fabric_alone():
+    fabric = nd.fabric_decision(None, [], ["nvidia-driver-550", "nvidia-dkms-550", "nvidia-utils-550"])
+    assert (fabric["managed"], fabric["source"]) == (False, "none")
+    assert "no NVSwitch on the PCI bus and no fabric manager installed" == fabric["reason"]
+
+
+@pytest.mark.parametrize("requested", [True, False])
+def test_the_owners_choice_wins_over_the_host(requested):
+    fabric = nd.fabric_decision(requested, SWITCHES if not requested else [], HGX_535)
+    assert (fabric["managed"], fabric["source"]) == (requested, "user")
+
+
+def test_fabric_missing_in_the_drivers_version_refuses_the_change():
+    """The repository has driver 550.90.07 but no fabric manager of that version: nothing may change, even though
+    the GPUs are idle and the modules could be reloaded."""
+    plan = nd.plan_change(
+        "535.183.01-1",
+        "550.90.07-1",
+        "535.183.01",
+        [],
+        reboot_ok=True,
+        secure_boot=OK_SB,
+        fabric_missing=["nvidia-fabricmanager-550 550.90.07"],
+    )
+    assert plan["action"] == "blocked"
+    assert plan["blockers"] == [
+        "no nvidia-fabricmanager-550 550.90.07 in the package sources: fabric manager, NSCQ and IMEX must match "
+        "the driver's version exactly (NVIDIA Fabric Manager User Guide)"
+    ]
+    assert plan["message"].startswith("driver 535.183.01 -> 550.90.07 refused (nothing removed, nothing installed)")
+
+
+def test_fabric_missing_without_a_driver_change_is_refused_too():
+    plan = nd.plan_change(
+        "550.90.07-1",
+        "550.90.07-1",
+        "550.90.07",
+        [],
+        reboot_ok=False,
+        secure_boot=OK_SB,
+        fabric_missing=["libnvidia-nscq-550 550.90.07"],
+    )
+    assert plan["action"] == "blocked"
+    assert plan["message"].startswith("fabric manager at driver 550.90.07 refused")
+
+
+def test_fabric_present_plans_as_before():
+    plan = nd.plan_change(
+        "535.183.01-1", "550.90.07-1", "535.183.01", [], reboot_ok=False, secure_boot=OK_SB, fabric_missing=[]
+    )
+    assert plan["action"] == "reload"
+
+
+def test_imex_is_one_of_the_drivers_daemons():
+    """nvidia-imex holds the driver's device files like fabric manager; a reload stops and restarts it."""
+    holders = [{"pid": 77, "comm": "nvidia-imex", "path": "/dev/nvidia-caps-imex-channels/channel0"}]
+    assert nd.in_use([], holders) == []
