@@ -42,9 +42,13 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders, p
 CATEGORIES = ("PIX", "PXB", "PHB", "NODE", "SYS")
 _BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4,8}:[0-9a-f]{2}$")
-# GPU model -> gres Type, from the PCI device id when no name is known (NVML absent). Names give the rest.
+# GPU model -> gres Type from the PCI device id: the fallback when neither NVML nor the driver names the GPU.
 DEVICE_TYPES = {"0x2330": "h100", "0x2331": "h100", "0x2335": "h200", "0x20b2": "a100", "0x20b5": "a100",
-                "0x20f1": "a100", "0x26b9": "l40s", "0x26b5": "l40"}  # fmt: skip
+                "0x20f1": "a100", "0x26b9": "l40s", "0x26b5": "l40", "0x26b1": "rtx_6000_ada"}  # fmt: skip
+# Words of a GPU's name that are the maker or a product line, not the model (left out of the gres Type)...
+_BRANDS = ("nvidia", "tesla", "geforce", "quadro")
+# ...and words from which on a name gives memory size or form factor (80GB, SXM4, PCIe, HBM3): the Type stops there.
+_VARIANT = re.compile(r"^(\d+gb|sxm\d*|pcie|hbm\w*)$")
 
 
 def _natural(text):
@@ -136,12 +140,32 @@ def pcie_category(a, b, flat=False, single_node=False):
     return "PIX" if count <= 1 else "PXB"
 
 
+def gres_type(name):
+    """A Slurm gres Type from the GPU's name as NVML (or the driver) gives it: lower case, the maker and product
+    line left out, the words up to the memory size or form factor joined with '_' ("NVIDIA H100 80GB HBM3" -> h100,
+    "NVIDIA A100-SXM4-80GB" -> a100, "NVIDIA RTX 6000 Ada Generation" -> rtx_6000_ada, "NVIDIA GeForce RTX 4090" ->
+    rtx_4090); None when nothing is left. Slurm compares Type strings as given (gres.conf(5)), so every node with the
+    same model gets the same string."""
+    words = [w for w in re.split(r"[\s_-]+", (name or "").strip().lower()) if w]
+    while words and words[0] in _BRANDS:
+        words.pop(0)
+    model = []
+    for word in words:
+        if _VARIANT.match(word):
+            break
+        if word != "generation":
+            model.append(re.sub(r"[^a-z0-9.]", "", word))
+    return "_".join(w for w in model if w) or None
+
+
 def _gpu_type(name, device_id):
-    if name:
-        words = re.split(r"[\s-]+", re.sub(r"^NVIDIA\s+", "", name.strip(), flags=re.I))
-        if words and words[0]:
-            return words[0].lower()
-    return DEVICE_TYPES.get((device_id or "").lower())
+    return gres_type(name) or DEVICE_TYPES.get((device_id or "").lower())
+
+
+def _driver_model(fs, bdf):
+    """The GPU's name as the driver gives it ("Model:" in /proc/driver/nvidia/gpus/<bdf>/information)."""
+    m = re.search(r"^Model:\s*(.+?)\s*$", fs.read("/proc/driver/nvidia/gpus/%s/information" % bdf) or "", re.M)
+    return m.group(1) if m else None
 
 
 def _gpus_from(fs, gpus):
@@ -163,7 +187,8 @@ def _gpus_from(fs, gpus):
         return out, "nvml"
     scanned = pci.scan(fs)
     for i, g in enumerate(sorted(scanned["gpus"], key=lambda d: d["address"])):
-        out.append({"index": i, "bdf": g["address"], "name": None, "type": _gpu_type(None, g["device"]),
+        name = _driver_model(fs, g["address"])
+        out.append({"index": i, "bdf": g["address"], "name": name, "type": _gpu_type(name, g["device"]),
                     "nvlink": None, "fabric": None, "numa_node": None, "cpu_affinity": None})  # fmt: skip
     return out, "pci"
 
@@ -281,6 +306,9 @@ def collect(fs, gpus, run=None):
     result["available"] = True
     result["numa_nodes"] = reader.numa_nodes()
     single_node = len(result["numa_nodes"]) <= 1
+    # One NUMA node: every device is on it, also where the firmware gives a device no proximity (numa_node -1, as
+    # nvidia-smi topo -m then still shows NUMA affinity 0).
+    only_node = int(next(iter(result["numa_nodes"]))) if len(result["numa_nodes"]) == 1 else None
     node_cpus = {int(k): v["cpus"] for k, v in result["numa_nodes"].items()}
     cores = reader.cores()
     logical = {}  # first thread of a core -> Slurm's logical core index
@@ -290,6 +318,9 @@ def collect(fs, gpus, run=None):
     found, _source = _gpus_from(fs, gpus)
     devs = {g["index"]: reader.device(g["bdf"]) for g in found}
     nics = _nics(reader)
+    for nic in nics:
+        if nic["numa_node"] is None:
+            nic["numa_node"] = nic["_dev"]["numa_node"] = only_node
 
     # Flattened: no GPU has a PCIe bridge above it (or the GPUs hang off a Hyper-V VMBus). Judged on the GPUs alone:
     # a bare-metal host may have an onboard NIC on the root bus (an integrated endpoint), and without GPUs there is
@@ -309,6 +340,7 @@ def collect(fs, gpus, run=None):
     for g in found:
         dev = devs[g["index"]]
         node = dev["numa_node"] if dev["numa_node"] is not None else g["numa_node"]
+        node = node if node is not None else only_node
         dev["numa_node"] = node
         local = dev["local_cpus"] or g["cpu_affinity"] or node_cpus.get(node) or ""
         cpus = _cpus(local)

@@ -42,6 +42,13 @@ notes:
   - C(Cores=) in the gres lines are Slurm's logical core indexes (core 0 is the first core of the first socket,
     C(lstopo -l)'s Core L#), as gres.conf(5) asks, not CPU ids; C(Links=) has one number per GPU in C(File) order,
     -1 for the GPU itself, and is written only where NVLink exists.
+  - C(Type=) in the gres lines is the GPU's model from the name NVML (or, without NVML, the driver's
+    C(/proc/driver/nvidia/gpus/*/information)) gives, lower case, without the maker and product line words
+    (NVIDIA, Tesla, GeForce, Quadro) and without what follows from the memory size or form factor on (C(80GB),
+    C(SXM4), C(PCIe), C(HBM3)), words joined with C(_) - V(NVIDIA H100 80GB HBM3) is V(h100), V(NVIDIA RTX 6000
+    Ada Generation) V(rtx_6000_ada); a table of PCI device ids only when no name is known.
+  - A device whose C(numa_node) is -1 (the firmware gives no proximity) is placed on the host's only NUMA node
+    when there is exactly one, as C(nvidia-smi topo -m) shows it; with several it stays V(null).
   - NVLink peers on NVSwitch systems (NVSwitches on the PCI bus, or a GPU fabric state) are every other GPU with
     links up, over all of its links, as C(nvidia-smi topo -m) shows them (NV18 between two H100 SXM5). Direct
     GPU-to-GPU links without NVSwitch are not paired yet (C(peers) empty).

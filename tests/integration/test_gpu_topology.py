@@ -41,6 +41,14 @@ HOSTS = {
             for i, bus in enumerate(("4A", "38", "CA", "B8"))
         ],
     ),
+    # A single-NUMA workstation as recorded in public (tests/fixtures/topology/README.md): two RTX 6000 Ada (device id
+    # 0x26b1, not in the reader's table), NVML without a NUMA node for them, sysfs numa_node -1.
+    "workstation": (
+        "threadripper_pro_wrx90",
+        "l40s",
+        2,
+        ["gpu.*.name=NVIDIA RTX 6000 Ada Generation", "gpu.*.pci_device_id=0x26B110DE", "gpu.*.numa_node="],
+    ),
 }
 
 
@@ -164,3 +172,14 @@ def test_bad_root_names_the_option(fleet):
     host = fleet["bad_root"]
     assert host.status == "failed"
     assert "root: not a directory" in host.results[TASK]["msg"]
+
+
+def test_single_numa_workstation_through_nvml(fleet):
+    """Issue 25: NUMA node 0 where sysfs has -1 on a single-node host (nvidia-smi topo -m: NUMA affinity 0), and the
+    gres Type from the name NVML gives. old code: numa_node null, numactl --physcpubind, Type=rtx."""
+    res = _ok(fleet, "workstation")
+    topo = res["topology"]
+    assert [(g["name"], g["numa_node"]) for g in topo["gpus"]] == [("NVIDIA RTX 6000 Ada Generation", 0)] * 2
+    assert topo["bindings"][1]["numactl"] == "numactl --cpunodebind=0 --membind=0"
+    assert topo["gres"][1] == "Name=gpu Type=rtx_6000_ada File=/dev/nvidia1 Cores=0-23"
+    assert topo["matrix"]["GPU0"] == {"GPU0": "X", "GPU1": "PHB", "mlx5_0": "NODE", "mlx5_1": "NODE"}

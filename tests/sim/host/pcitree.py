@@ -27,6 +27,11 @@ Platforms (``PLATFORMS``), each a plain description that tests can read back (``
 - ``l40s_pcie``: a dual-socket 2U PCIe server with four L40S (2 x 32-core Xeon, SMT), each GPU on a root port of
   its own host bridge, a ConnectX-7 (Ethernet, 200 Gb/s) on a second root port of GPU1's and GPU3's host bridge
   (PHB to them, NODE to the other GPU of the socket, SYS across).
+- ``threadripper_pro_wrx90``: a real single-socket workstation, recorded in public (Puget Rackstation Threadripper
+  PRO WRX90: AMD Threadripper PRO 7965WX, 24 cores, no SMT, one NUMA node; two RTX 6000 Ada on root ports c0:01.1
+  and c0:03.1 of one host bridge, a dual-port ConnectX-7 (Ethernet, ports down) on root port 20:01.1 of another;
+  tests/fixtures/topology/README.md names the source). Every device's ``numa_node`` is -1 (the recorded
+  ``lspci -vvv`` shows no "NUMA node" line, which lspci prints for any other value) and ``local_cpulist`` all CPUs.
 - ``azure_nd_h100_v5``: a cloud VM shaped as Azure ND H100 v5 (96 vCPUs in 2 NUMA nodes, no SMT): eight GPUs and
   eight InfiniBand virtual functions, each alone on a Hyper-V VMBus PCI host bridge of its own domain, with no
   PCIe bridge above it (the flattened tree the guest sees); only ``numa_node`` tells where they are.
@@ -59,7 +64,10 @@ CLASSES = {
     "ib": "0x020700",  # ConnectX in InfiniBand mode
     "bridge": "0x060400",
 }
-DEVICE_IDS = {"h100": "0x2330", "l40s": "0x26b9", "nvswitch": "0x22a3", "cx7": "0x1021", "cx7vf": "0x101e"}
+DEVICE_IDS = {"h100": "0x2330", "l40s": "0x26b9", "nvswitch": "0x22a3", "cx7": "0x1021", "cx7vf": "0x101e",
+              "rtx6000ada": "0x26b1"}  # fmt: skip
+# The driver's "Model:" (/proc/driver/nvidia/gpus/<bdf>/information) where it is not "NVIDIA <model in capitals>".
+MODEL_NAMES = {"rtx6000ada": "NVIDIA RTX 6000 Ada Generation"}
 IB_RATE = {400000: "400 Gb/sec (4X NDR)", 200000: "200 Gb/sec (4X HDR)"}
 
 
@@ -230,11 +238,34 @@ def _azure_nd_h100_v5() -> dict[str, Any]:
     }
 
 
+def _threadripper_pro_wrx90() -> dict[str, Any]:
+    # As recorded (lspci -tv, numactl --hardware, nvidia-smi topo -m): GPU0 c1:00.0 behind c0:01.1, GPU1 c2:00.0
+    # behind c0:03.1 (PHB to each other), ConnectX-7 functions 21:00.0/21:00.1 (mlx5_0/mlx5_1, PIX to each other,
+    # NODE to the GPUs) behind 20:01.1. No netdev names or link speeds were recorded (ports down): RDMA names only.
+    gpus = _bridge("0000:c0:01.1", _gpu("0000:c1:00.0", 0, "rtx6000ada")), _bridge(
+        "0000:c0:03.1", _gpu("0000:c2:00.0", 1, "rtx6000ada")
+    )
+    cx7 = _bridge(
+        "0000:20:01.1",
+        _nic("0000:21:00.0", None, "mlx5_0", "Ethernet", 0),
+        _nic("0000:21:00.1", None, "mlx5_1", "Ethernet", 0),
+    )
+    return {
+        "description": "Threadripper PRO WRX90 workstation, 2 x RTX 6000 Ada, ConnectX-7 (single NUMA node)",
+        "cpu": {"sockets": 1, "cores_per_socket": 24, "threads_per_core": 1},
+        "host_bridges": [
+            {"name": "pci0000:20", "node": 0, "sysfs_node": -1, "parent": "", "children": [cx7]},
+            {"name": "pci0000:c0", "node": 0, "sysfs_node": -1, "parent": "", "children": list(gpus)},
+        ],
+    }
+
+
 PLATFORMS = {
     "hgx_h100": _hgx_h100,
     "hgx_h100_shared": _hgx_h100_shared,
     "l40s_pcie": _l40s_pcie,
     "azure_nd_h100_v5": _azure_nd_h100_v5,
+    "threadripper_pro_wrx90": _threadripper_pro_wrx90,
 }
 
 
@@ -343,7 +374,8 @@ def _write_device(w: _Writer, dev: dict[str, Any], parent: str, node: int, local
     if kind == "gpu":
         w(
             f"/proc/driver/nvidia/gpus/{dev['bdf']}/information",
-            f"Model: \t\t NVIDIA {dev['model'].upper()}\nIRQ:   \t\t 0\nBus Location: \t {dev['bdf']}\n"
+            f"Model: \t\t {MODEL_NAMES.get(dev['model'], 'NVIDIA ' + dev['model'].upper())}\nIRQ:   \t\t 0\n"
+            f"Bus Location: \t {dev['bdf']}\n"
             f"Device Minor: \t {dev['minor']}\n",
         )
     if kind == "nic":
@@ -353,7 +385,8 @@ def _write_device(w: _Writer, dev: dict[str, Any], parent: str, node: int, local
             w.link(f"/sys/class/net/{dev['ifname']}", here + f"/net/{dev['ifname']}")
         if dev["rdma"]:
             port = here + f"/infiniband/{dev['rdma']}/ports/1/"
-            w(port + "rate", IB_RATE.get(dev["speed_mbps"], f"{dev['speed_mbps'] // 1000} Gb/sec") + "\n")
+            if dev["speed_mbps"]:
+                w(port + "rate", IB_RATE.get(dev["speed_mbps"], f"{dev['speed_mbps'] // 1000} Gb/sec") + "\n")
             w(port + "link_layer", dev["link_layer"] + "\n")
             w(port + "state", "4: ACTIVE\n")
             w.link(f"/sys/class/infiniband/{dev['rdma']}", here + f"/infiniband/{dev['rdma']}")
@@ -369,10 +402,15 @@ def build(root: str | os.PathLike, name: str = "hgx_h100") -> Path:
     root.mkdir(parents=True, exist_ok=True)
     w = _Writer(root)
     nodes = _write_cpus(w, spec["cpu"])
+    cpu = spec["cpu"]
+    every = cpulist(range(cpu["sockets"] * cpu["cores_per_socket"] * cpu["threads_per_core"]))
     for hb in spec["host_bridges"]:
         base = "/sys/devices/" + (hb["parent"] + "/" if hb["parent"] else "") + hb["name"]
+        # "sysfs_node": -1 where the firmware gives no proximity (NUMA_NO_NODE): the kernel then shows every CPU as
+        # the device's local CPUs.
+        node = hb.get("sysfs_node", hb["node"])
         for dev in hb["children"]:
-            _write_device(w, dev, base, hb["node"], nodes[hb["node"]])
+            _write_device(w, dev, base, node, nodes[hb["node"]] if node >= 0 else every)
     return root
 
 
