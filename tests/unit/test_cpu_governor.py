@@ -97,6 +97,12 @@ def test_the_policy_governor_still_passes_and_is_what_the_fix_sets():
     assert rules.BY_ID["HOST-CPU-001"].fix["role"] == "host_tuning"
 
 
+def test_performance_under_a_policy_asking_for_another_governor_is_low():
+    facts = _cpu(scaling_driver="acpi-cpufreq", governors={"performance": "0-223"})
+    f = _finding(facts, {"cpu": {"governor": "schedutil"}})
+    assert f["status"] == "warn" and f["severity"] == "low", f
+
+
 def test_rule_cites_the_kernel_cpufreq_documentation():
     urls = {r[1] for r in rules.BY_ID["HOST-CPU-001"].references}
     assert {

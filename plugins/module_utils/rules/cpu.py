@@ -51,6 +51,8 @@ def _governor_verdict(gov, driver, epp, accepted, userspace):
         )
     if gov == "powersave":
         return "high", "%s's powersave pins the lowest frequency (scaling_min_freq)" % (driver or "the driver")
+    if gov == "performance":  # a policy that asks for another governor (power budget): the clock is not slower
+        return "low", "performance holds the highest frequency (more power than the policy's governor)"
     if gov in LOAD_FOLLOWING:
         return "low", "%s raises the clock with the load and lowers it between bursts" % gov
     if gov == "userspace":
