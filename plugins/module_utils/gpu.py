@@ -116,4 +116,9 @@ def read(module, fs, sample_seconds=nvml.SAMPLE_SECONDS):
     driver["cuda_compat"] = software.cuda_compat(fs)
     driver["fabricmanager_version"] = software.fabricmanager_version(module, fs)
     driver["fabricmanager_running"] = software.fabricmanager_running(fs)
-    return {"nvml": status, "driver": driver, "gpus": gpus, "gpu_count": len(gpus), "pci": pci.scan(fs)}
+    nvlsm = software.nvlsm(fs)
+    driver["nvlsm_installed"] = nvlsm["installed"]
+    driver["nvlsm_running"] = nvlsm["running"]
+    driver["imex"] = software.imex(fs)
+    return {"nvml": status, "driver": driver, "gpus": gpus, "gpu_count": len(gpus), "pci": pci.scan(fs),
+            "uptime_s": software.uptime_seconds(fs)}

@@ -121,6 +121,10 @@ SPEC = {
                                "GPUs this host should have (set per group or host); fewer usable GPUs in NVML is "
                                "critical (GPU-HLT-003). null: not checked, only GPUs on the PCI bus that NVML does "
                                "not list are."),
+        "fabric_boot_grace_s": (600, "int",
+                                "GPU-FAB-001: seconds after boot during which a GPU fabric still in training is only "
+                                "a warning; later, with fabric manager (or NVLSM) not running where the host needs "
+                                "it, it fails at high (the fabric never completes: cudaErrorSystemNotReady)."),
     },
     "probe": {
         "gpu_idle_pct": (50, "number",

@@ -2,7 +2,9 @@
 # Copyright: gpufleet contributors
 # Apache License 2.0 (see LICENSE)
 """Versions of the NVIDIA software stack that live outside NVML: the loaded kernel module, the installed user-space
-library, CUDA toolkits and cuda-compat packages, and nvidia-fabricmanager (version and whether it runs).
+library, CUDA toolkits and cuda-compat packages, nvidia-fabricmanager (version and whether it runs), the NVLink
+subnet manager (NVLSM, HGX B200 and later) and the IMEX service of multi-node NVLink systems (GB200 NVL72), and the
+host's uptime (a GPU fabric still in training means something else ten minutes after boot than ten seconds after).
 
 These are read from files, not from NVML, because NVML cannot start exactly when they matter most: after a driver
 upgrade without a reboot the old kernel module stays loaded and ``nvmlInit`` fails with
@@ -13,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ipaddress
 import json
 import re
 
@@ -189,12 +192,17 @@ _FM_PACKAGE = re.compile(r"^nvidia-fabricmanager(?:-\d+)?$")
 _FM_COMM = "nv-fabricmanage"
 
 
-def fabricmanager_running(fs):
-    """True when an nv-fabricmanager process runs (found the way host_info finds irqbalance: /proc/<pid>/comm)."""
+def _process_running(fs, comm):
+    """True when a process whose /proc/<pid>/comm starts with ``comm`` runs (the way host_info finds irqbalance)."""
     for path in fs.glob("/proc/[0-9]*/comm"):
-        if (fs.read(path) or "").strip().startswith(_FM_COMM):
+        if (fs.read(path) or "").strip().startswith(comm):
             return True
     return False
+
+
+def fabricmanager_running(fs):
+    """True when an nv-fabricmanager process runs."""
+    return _process_running(fs, _FM_COMM)
 
 
 def fabricmanager_version(module, fs):
@@ -215,3 +223,104 @@ def fabricmanager_version(module, fs):
     rc, out, err = module.run_command([binary, "--version"])
     m = _FM_VERSION.search(out or "") or _FM_VERSION.search(err or "")
     return m.group(1) if rc == 0 and m else None
+
+
+# NVLSM: NVIDIA's package installs /opt/nvidia/nvlsm/sbin/nvlsm (started by nvidia-fabricmanager-start.sh with
+# --config /usr/share/nvidia/nvlsm/nvlsm.conf, as recorded in siderolabs/extensions#893); deb/rpm package "nvlsm".
+NVLSM_BINARIES = ("/opt/nvidia/nvlsm/sbin/nvlsm", "/usr/sbin/nvlsm", "/usr/bin/nvlsm")
+_NVLSM_PACKAGE = re.compile(r"^nvlsm$")
+_NVLSM_COMM = "nvlsm"
+
+
+def nvlsm(fs):
+    """{installed, running} of the NVLink subnet manager that fabric manager needs on HGX B200 and later."""
+    installed = any(fs.exists(p) for p in NVLSM_BINARIES) or bool(dpkg_packages(fs, _NVLSM_PACKAGE))
+    return {"installed": installed, "running": _process_running(fs, _NVLSM_COMM)}
+
+
+# IMEX (NVIDIA IMEX service for NVLink networks user guide): the nvidia-imex daemon, its config file and the node
+# list that IMEX_NODE_CONFIG_FILE names (default /etc/nvidia-imex/nodes_config.cfg: the IP addresses of the nodes
+# of this IMEX domain). With BIND_INTERFACE_IP empty, IMEX binds to the address of that list that one of the host's
+# own interfaces has.
+IMEX_BINARIES = ("/usr/bin/nvidia-imex", "/usr/sbin/nvidia-imex")
+IMEX_CONFIG = "/etc/nvidia-imex/config.cfg"
+IMEX_NODES_DEFAULT = "/etc/nvidia-imex/nodes_config.cfg"
+_IMEX_PACKAGE = re.compile(r"^nvidia-imex(?:-\d+)?$")
+_IMEX_COMM = "nvidia-imex"
+
+
+def _config_value(text, key):
+    for line in (text or "").splitlines():
+        name, sep, value = line.strip().partition("=")
+        if sep and name.strip() == key:
+            return value.strip()
+    return None
+
+
+def parse_nodes_config(text):
+    """IMEX node list -> (addresses, invalid lines): one IP address per line; blank lines and # comments skipped."""
+    addresses, invalid = [], []
+    for line in (text or "").splitlines():
+        entry = line.strip()
+        if not entry or entry.startswith("#"):
+            continue
+        try:
+            addresses.append(str(ipaddress.ip_address(entry)))
+        except ValueError:
+            invalid.append(entry)
+    return addresses, invalid
+
+
+def local_addresses(fs):
+    """The host's own IP addresses: IPv4 from /proc/net/fib_trie ("/32 host LOCAL" leaves), IPv6 from
+    /proc/net/if_inet6; None when neither file can be read."""
+    trie, inet6 = fs.read("/proc/net/fib_trie"), fs.read("/proc/net/if_inet6")
+    if trie is None and inet6 is None:
+        return None
+    found, last = set(), None
+    for line in (trie or "").splitlines():
+        text = line.strip()
+        if text.startswith("|--"):
+            last = text[3:].strip()
+        elif last and text.startswith("/32") and text.endswith("LOCAL"):
+            found.add(last)
+    for line in (inet6 or "").splitlines():
+        hexaddr = (line.split() or [""])[0]
+        if len(hexaddr) == 32:
+            try:
+                found.add(str(ipaddress.ip_address(int(hexaddr, 16))))
+            except ValueError:
+                continue
+    return sorted(found)
+
+
+def imex(fs):
+    """{installed, running, config_file, nodes_file, nodes_file_present, nodes, invalid, bind_ip, local_addresses}.
+
+    ``nodes`` are the valid addresses of the node list, ``invalid`` its other lines; ``local_addresses`` (the host's
+    own addresses, None when unreadable) are read only where IMEX is installed or configured."""
+    config = fs.read(IMEX_CONFIG)
+    nodes_file = _config_value(config, "IMEX_NODE_CONFIG_FILE") or IMEX_NODES_DEFAULT
+    text = fs.read(nodes_file)
+    installed = any(fs.exists(p) for p in IMEX_BINARIES) or bool(dpkg_packages(fs, _IMEX_PACKAGE))
+    nodes, invalid = parse_nodes_config(text)
+    configured = installed or config is not None or text is not None
+    return {
+        "installed": installed,
+        "running": _process_running(fs, _IMEX_COMM),
+        "config_file": IMEX_CONFIG if config is not None else None,
+        "nodes_file": nodes_file,
+        "nodes_file_present": text is not None,
+        "nodes": nodes,
+        "invalid": invalid,
+        "bind_ip": _config_value(config, "BIND_INTERFACE_IP") or None,
+        "local_addresses": local_addresses(fs) if configured else None,
+    }
+
+
+def uptime_seconds(fs):
+    """Seconds since boot (/proc/uptime, proc(5)), or None."""
+    try:
+        return float((fs.read("/proc/uptime") or "").split()[0])
+    except (IndexError, ValueError):
+        return None

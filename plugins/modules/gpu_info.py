@@ -175,6 +175,19 @@ driver:
     fabricmanager_version:
       description: Version of nvidia-fabricmanager when installed.
       type: str
+    nvlsm_installed:
+      description: Whether NVLSM, the NVLink subnet manager fabric manager needs on HGX B200 and later, is installed.
+      type: bool
+    nvlsm_running:
+      description: Whether an nvlsm process runs.
+      type: bool
+    imex:
+      description: >-
+        The IMEX service of multi-node NVLink systems: C(installed), C(running), C(config_file), C(nodes_file)
+        (C(IMEX_NODE_CONFIG_FILE)), C(nodes_file_present), C(nodes) (its IP addresses), C(invalid) (its other
+        lines), C(bind_ip) (C(BIND_INTERFACE_IP)) and C(local_addresses) (the host's own addresses; read only where
+        IMEX is installed or configured).
+      type: dict
     unsupported:
       description: Driver-level fields NVML could not give, with the reason.
       type: dict
@@ -182,11 +195,19 @@ pci:
   description: >-
     NVIDIA functions on the PCI bus (C(/sys/bus/pci/devices)): C(gpus) (class 0x0300/0x0302) and C(nvswitches)
     (class 0x0680), each with C(address) (sysfs form), C(device), C(class), C(driver) and C(virtual) (an SR-IOV
-    virtual function); C(available) false when sysfs has no PCI directory.
+    virtual function); C(nvswitch_bridges), the NVSwitch management functions of an HGX B200/B100 baseboard's
+    ConnectX-7 bridge (Mellanox functions whose VPD carries SMDL=SW_MNG), each C(address), C(device), C(driver);
+    C(vpd_unreadable), Mellanox functions whose VPD could not be read (not root); C(available) false when sysfs has
+    no PCI directory.
   returned: always
   type: dict
   sample: {available: true, error: null, gpus: [{address: "0000:18:00.0", device: "0x2330", class: "0x030200",
-           driver: nvidia, virtual: false}], nvswitches: []}
+           driver: nvidia, virtual: false}], nvswitches: [], nvswitch_bridges: [], vpd_unreadable: []}
+uptime_s:
+  description: Seconds since the host booted (C(/proc/uptime)), read with the GPUs; V(null) when unknown.
+  returned: always
+  type: float
+  sample: 86400.5
 gpu_count:
   description: Number of GPUs found.
   returned: always

@@ -103,8 +103,23 @@ HEALTHY = {
             "cuda_compat": [],
             "fabricmanager_version": "550.90.07",
             "fabricmanager_running": True,
+            # HGX H100: NVSwitches on the PCI bus, no NVLSM (HGX B200 and later) and no IMEX (multi-node NVLink).
+            "nvlsm_installed": False,
+            "nvlsm_running": False,
+            "imex": {
+                "installed": False,
+                "running": False,
+                "config_file": None,
+                "nodes_file": "/etc/nvidia-imex/nodes_config.cfg",
+                "nodes_file_present": False,
+                "nodes": [],
+                "invalid": [],
+                "bind_ip": None,
+                "local_addresses": None,
+            },
             "unsupported": {},
         },
+        "uptime_s": 86400.0,
         "gpu_count": 8,
         "gpus": [gpu(i) for i in range(8)],
         # HGX H100: 8 GPUs and 4 NVSwitches on the PCI bus (NVIDIA functions of class 0x0302 and 0x0680).
@@ -131,6 +146,8 @@ HEALTHY = {
                 }
                 for b in ["05", "06", "07", "08"]
             ],
+            "nvswitch_bridges": [],
+            "vpd_unreadable": [],
         },
     },
     "host": {
@@ -317,3 +334,42 @@ HEALTHY = {
 
 def healthy() -> dict:
     return copy.deepcopy(HEALTHY)
+
+
+def hgx_b200(f: dict) -> dict:
+    """The healthy host as an HGX B200: 8 B200 (PCI 0x2901, NVML "NVIDIA B200"), no NVSwitch PCI functions but
+    the NVSwitch management LPFs of the baseboard's ConnectX-7 bridge, fabric manager and NVLSM running."""
+    g = f["gpu"]
+    for gpu_ in g["gpus"]:
+        gpu_.update(name="NVIDIA B200", architecture="blackwell")
+    for p in g["pci"]["gpus"]:
+        p["device"] = "0x2901"
+    g["pci"]["nvswitches"] = []
+    g["pci"]["nvswitch_bridges"] = [
+        {"address": f"0000:c1:00.{fn}", "device": "0x1021", "driver": "mlx5_core"} for fn in (1, 3)
+    ]
+    g["driver"].update(nvlsm_installed=True, nvlsm_running=True)
+    return f
+
+
+def gb200_tray(f: dict, imex_running: bool = True) -> dict:
+    """The healthy host as a GB200 NVL72 compute tray: 4 GB200 GPUs (PCI 0x2941) in the rack's NVLink fabric, no
+    NVSwitch on its own PCI bus, no fabric manager, nvidia-imex with an 18-tray node list that holds this host."""
+    g = f["gpu"]
+    g["gpus"] = g["gpus"][:4]
+    g["gpu_count"] = 4
+    for gpu_ in g["gpus"]:
+        gpu_.update(name="NVIDIA GB200", architecture="blackwell")
+    g["pci"]["gpus"] = [dict(p, device="0x2941") for p in g["pci"]["gpus"][:4]]
+    g["pci"]["nvswitches"] = []
+    g["driver"].update(fabricmanager_version=None, fabricmanager_running=False)
+    g["driver"]["imex"].update(
+        installed=True,
+        running=imex_running,
+        config_file="/etc/nvidia-imex/config.cfg",
+        nodes_file_present=True,
+        nodes=[f"10.114.0.{n}" for n in range(1, 19)],
+        local_addresses=["10.114.0.7", "127.0.0.1"],
+    )
+    f["probe"]["gpus"] = f["probe"]["gpus"][:4]
+    return f

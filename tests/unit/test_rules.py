@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as pol_mod
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
-from rule_facts import healthy
+from rule_facts import gb200_tray, healthy
 
 
 def gpus(f):
@@ -266,6 +266,7 @@ CASES = {
     "HOST-HLT-003": (None, _fatal_sxid),
     "SW-KMOD-001": (None, lambda f: f["gpu"]["driver"].update(kernel_module_version="535.183.01")),
     "SW-FM-001": (None, lambda f: f["gpu"]["driver"].update(fabricmanager_version="550.54.15")),
+    "SW-IMEX-001": (gb200_tray, lambda f: gb200_tray(f, imex_running=False)),
     # nvidia-ml-py 12.535 has no nvmlDeviceGetNumaNodeId: a GPU's NUMA node unknown (sysfs had none either).
     "SW-NVML-001": (
         None,

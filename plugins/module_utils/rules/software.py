@@ -7,7 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
+from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders, nvlink_platform
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
     Rule,
@@ -178,15 +178,24 @@ def check_fabricmanager(facts, pol):
     drv = _driver(facts)
     user = drv.get("version") or drv.get("library_version")
     fm, running = drv.get("fabricmanager_version"), drv.get("fabricmanager_running")
+    platform = nvlink_platform.classify(facts)
     switches = _nvswitches(facts)
+    pci = (facts.get("gpu") or {}).get("pci") or {}
     observed = {
+        "platform": platform and platform["kind"],
         "nvswitches": None if switches is None else len(switches),
+        "nvswitch_bridges": None if switches is None else len(pci.get("nvswitch_bridges") or []),
         "fabricmanager": fm,
         "running": running,
+        "nvlsm_installed": drv.get("nvlsm_installed"),
+        "nvlsm_running": drv.get("nvlsm_running"),
         "driver": user,
     }
-    expected = "on NVSwitch systems: nvidia-fabricmanager at the driver's version, running"
-    if switches is None:
+    expected = (
+        "on NVSwitch systems: nvidia-fabricmanager at the driver's version, running; on HGX B200 and later also "
+        "NVLSM running"
+    )
+    if platform is None or switches is None:
         # PCI bus not read: an installed fabric manager is the only hint that this is an NVSwitch system.
         if not fm:
             return skip("nvidia-fabricmanager not installed and NVSwitch presence unknown")
@@ -201,7 +210,7 @@ def check_fabricmanager(facts, pol):
                 "their GPUs" % (fm, user),
             )
         return result("pass", observed, "equal", "fabric manager matches the driver")
-    if not switches:
+    if not platform["fabricmanager_needed"]:
         if fm and user and fm != user:
             # gpud's users report this false alarm on H100 PCIe, GH200 and L40S hosts: nothing uses FM there.
             return result(
@@ -212,6 +221,14 @@ def check_fabricmanager(facts, pol):
                 "needs it (remove it, or keep it in step with the driver)" % (fm, user),
                 severity="info",
             )
+        if platform["kind"] == "multinode":
+            return result(
+                "pass",
+                observed,
+                expected,
+                "multi-node NVLink compute tray (%s): its NVSwitches are managed in the NVLink switch trays, not by a "
+                "fabric manager here (IMEX: SW-IMEX-001)" % platform["evidence"],
+            )
         return result("pass", observed, expected, "no NVSwitch on the PCI bus: fabric manager not needed")
     problems = []
     if not fm:
@@ -220,15 +237,90 @@ def check_fabricmanager(facts, pol):
         problems.append("fabric manager %s does not match driver %s (it refuses to start)" % (fm, user))
     if fm and running is False:
         problems.append("nv-fabricmanager is not running")
+    if platform["nvlsm_needed"]:
+        if drv.get("nvlsm_installed") is False:
+            problems.append("NVLSM (package nvlsm), which fabric manager needs here, is not installed")
+        elif drv.get("nvlsm_running") is False:
+            problems.append("nvlsm is not running")
     if problems:
         return result(
             "fail",
             observed,
             expected,
-            "%d NVSwitch(es) on the PCI bus: %s; until fabric manager runs, the NVLink fabric is not set up and "
-            "CUDA jobs on these GPUs fail" % (len(switches), "; ".join(problems)),
+            "%s: %s; until fabric manager%s runs, the NVLink fabric is not set up and CUDA jobs on these GPUs fail "
+            "(cudaErrorSystemNotReady)"
+            % (platform["evidence"], "; ".join(problems), " with NVLSM" if platform["nvlsm_needed"] else ""),
         )
-    return result("pass", observed, expected, "%d NVSwitch(es): fabric manager %s runs" % (len(switches), fm))
+    return result(
+        "pass",
+        observed,
+        expected,
+        "%s: fabric manager %s runs%s" % (platform["evidence"], fm, " with NVLSM" if platform["nvlsm_needed"] else ""),
+    )
+
+
+def check_imex(facts, pol):
+    """SW-IMEX-001: on a compute tray of a multi-node NVLink domain, nvidia-imex runs with a sound node list."""
+    platform = nvlink_platform.classify(facts)
+    if platform is None:
+        return skip("neither the PCI bus nor NVML was read: the NVLink platform is unknown")
+    imex = _driver(facts).get("imex")
+    expected = (
+        "on multi-node NVLink compute trays: nvidia-imex installed and running, its node list present, one IP "
+        "address per line, listing this host"
+    )
+    if not platform["imex_needed"]:
+        return result("pass", {"platform": platform["kind"]}, expected,
+                      "not a multi-node NVLink compute tray (%s): IMEX not needed" % platform["evidence"])
+    if not isinstance(imex, dict):
+        return skip("IMEX facts not gathered (gpu_info before issue 25)")
+    local = imex.get("local_addresses")
+    nodes = imex.get("nodes") or []
+    observed = {
+        "platform": platform["kind"],
+        "installed": imex.get("installed"),
+        "running": imex.get("running"),
+        "nodes_file": imex.get("nodes_file"),
+        "nodes": len(nodes),
+        "invalid": imex.get("invalid") or [],
+        "bind_ip": imex.get("bind_ip"),
+        "this_host_listed": None,
+    }
+    problems = []
+    if not imex.get("installed"):
+        problems.append("nvidia-imex is not installed")
+    elif not imex.get("running"):
+        problems.append("nvidia-imex is not running")
+    if not imex.get("nodes_file_present"):
+        problems.append("its node list %s is missing" % imex.get("nodes_file"))
+    elif not nodes and not imex.get("invalid"):
+        problems.append("its node list %s is empty" % imex.get("nodes_file"))
+    if imex.get("invalid"):
+        problems.append("%s holds lines that are not IP addresses: %s" % (imex.get("nodes_file"), imex["invalid"]))
+    duplicates = sorted({n for n in nodes if nodes.count(n) > 1})
+    if duplicates:
+        problems.append("%s lists %s more than once" % (imex.get("nodes_file"), duplicates))
+    if nodes:
+        mine = [imex["bind_ip"]] if imex.get("bind_ip") else local
+        if mine is not None:
+            listed = sorted(set(nodes) & set(mine))
+            observed["this_host_listed"] = listed
+            if not listed:
+                problems.append(
+                    "%s does not list this host (%s %s), so IMEX finds no address of its own to bind to"
+                    % (imex.get("nodes_file"), "BIND_INTERFACE_IP" if imex.get("bind_ip") else "addresses",
+                       ", ".join(mine) or "none")
+                )
+    if problems:
+        return result(
+            "fail",
+            observed,
+            expected,
+            "%s: %s; without IMEX, CUDA jobs cannot share GPU memory with the other nodes of the NVLink domain"
+            % (platform["evidence"], "; ".join(problems)),
+        )
+    return result("pass", observed, expected,
+                  "nvidia-imex runs; its node list has %d node(s), this host among them" % len(nodes))
 
 
 # The first nvidia-ml-py release with every NVML function the GPU reader calls (nvmlDeviceGetNumaNodeId and
@@ -312,13 +404,33 @@ RULES = (
         "software",
         "critical",
         "Fabric manager missing, stopped or at another version than the driver on an NVSwitch system",
-        "On NVSwitch systems (HGX/DGX baseboards; NVSwitches are NVIDIA PCI functions of class 0x0680) "
-        "nvidia-fabricmanager must run at exactly the driver's version, or the NVLink fabric is never set up and "
-        "multi-GPU jobs fail. Hosts without NVSwitch (PCIe cards, H100 PCIe, GH200) do not use it: a stale one "
-        "there is only reported as info.",
+        "On NVSwitch systems nvidia-fabricmanager must run at exactly the driver's version, or the NVLink fabric is "
+        "never set up and CUDA returns cudaErrorSystemNotReady. Up to HGX H100/H200 the NVSwitches are NVIDIA PCI "
+        "functions of class 0x0680; on HGX B200/B100 and later they sit behind the baseboard's ConnectX bridge "
+        "(limited PFs whose VPD says SMDL=SW_MNG), and fabric manager needs NVLSM, the NVLink subnet manager, "
+        "running beside it. Hosts without NVSwitch (PCIe cards, H100 PCIe, GH200, a single GPU) and the compute "
+        "trays of multi-node NVLink racks (GB200 NVL72: the switch trays manage the fabric) do not use it: a stale "
+        "one there is only reported as info.",
         check_fabricmanager,
         role="nvidia_driver",
-        references=(sources.FABRIC_MANAGER, sources.NVIDIA_PCI_TABLE),
+        references=(sources.FABRIC_MANAGER, sources.NVIDIA_PCI_TABLE, sources.PCI_IDS, sources.MNNVL_GUIDE),
+    ),
+    Rule(
+        "SW-IMEX-001",
+        "software",
+        "high",
+        "IMEX not running or its node list unsound on a multi-node NVLink compute tray",
+        "On the compute trays of a multi-node NVLink domain (GB200/GB300 NVL72, GH200 NVL32: Grace superchips whose "
+        "GPUs report an NVLink fabric) nvidia-imex is the service that maps GPU memory between the domain's nodes; "
+        "it reads the domain's node IP addresses from IMEX_NODE_CONFIG_FILE (/etc/nvidia-imex/nodes_config.cfg) and "
+        "binds to the one that is its own. Without it, or with a node list that is missing, not one IP address per "
+        "line, or without this host, multi-node CUDA jobs cannot share memory over NVLink. Single nodes (HGX "
+        "boards, a GH200 or GB200 NVL4 on its own, PCIe cards) do not need IMEX and pass.",
+        check_imex,
+        manual="Install nvidia-imex at the driver's version, write the domain's node addresses to "
+        "/etc/nvidia-imex/nodes_config.cfg (the same list on every node, this host included) and "
+        "systemctl enable --now nvidia-imex.",
+        references=(sources.IMEX_GUIDE, sources.IMEX_CONFIG, sources.MNNVL_GUIDE),
     ),
     Rule(
         "SW-NVML-001",

@@ -98,6 +98,23 @@ NVIDIA_PCI_TABLE = (
     "NVIDIA open GPU kernel modules: PCI classes the driver claims (GPUs 0x0300/0x0302, NVSwitch 0x0680)",
     "https://github.com/NVIDIA/open-gpu-kernel-modules/blob/main/kernel-open/nvidia/nv-pci-table.c",
 )
+PCI_IDS = (
+    "The PCI ID repository, pci.ids: NVIDIA device ids (GB100 [B200] 0x2901, GB102 [B100] 0x29bc, GB100 [HGX GB200] "
+    "0x2941, GH100 [GH200] 0x2342/0x2348)",
+    "https://github.com/pciutils/pciids/blob/master/pci.ids",
+)
+MNNVL_GUIDE = (
+    "NVIDIA multi-node NVLink systems (GB200 NVL72) user guide: compute and NVLink switch trays, IMEX",
+    "https://docs.nvidia.com/multi-node-nvlink-systems/mnnvl-user-guide/overview.html",
+)
+IMEX_GUIDE = (
+    "NVIDIA IMEX service for NVLink networks user guide",
+    "https://docs.nvidia.com/multi-node-nvlink-systems/imex-guide/overview.html",
+)
+IMEX_CONFIG = (
+    "NVIDIA IMEX service config options: IMEX_NODE_CONFIG_FILE (nodes_config.cfg) and BIND_INTERFACE_IP",
+    "https://docs.nvidia.com/multi-node-nvlink-systems/imex-guide/config.html",
+)
 
 # Linux
 KERNEL_VM_SYSCTL = (

@@ -100,6 +100,16 @@ NVIDIA driver stack and PCI bus (what gpu_info reads from files; all off by defa
   fabricmanager_running an nv-fabricmanager process (/proc/<pid>/comm "nv-fabricmanage")
   cuda_compat           cuda-compat packages, [] by default: [{cuda: "12.4", driver: "550.54.15"}] writes
                         /usr/local/cuda-<cuda>/compat/libcuda.so.<driver>
+  mellanox_pci          Mellanox (0x15b3) PCI functions, [] by default (helper: nvswitch_bridge(...), the HGX B200
+                        baseboard's ConnectX-7 bridge): address, device ("0x1021"), driver ("mlx5_core"; null: none),
+                        vpd (hex of the bytes of /sys/bus/pci/devices/<address>/vpd; null: no vpd file; "unreadable": a
+                        directory in its place, so that reading it fails as it does for a non-root reader)
+  nvlsm, nvlsm_running  NVLSM installed (/opt/nvidia/nvlsm/sbin/nvlsm) and running (/proc/<pid>/comm "nvlsm")
+  imex                  null (default): no IMEX; else {running, nodes (text of the node list; null: no file),
+                        config (text of /etc/nvidia-imex/config.cfg; null: none), nodes_path}: /usr/bin/nvidia-imex,
+                        the files, and /proc/<pid>/comm "nvidia-imex" when running
+  local_addresses       the host's IPv4 addresses: /proc/net/fib_trie with a "/32 host LOCAL" leaf each (null: none)
+  uptime_s              /proc/uptime (seconds since boot; null: no file)
 Kernel log
   kern_log              false: no /var/log/kern.log
   kern_log_lines        the lines of /var/log/kern.log (replaces the benign default lines)
@@ -199,6 +209,12 @@ DEFAULTS: dict[str, Any] = {
     "fabricmanager": None,
     "fabricmanager_running": False,
     "cuda_compat": [],
+    "mellanox_pci": [],
+    "nvlsm": False,
+    "nvlsm_running": False,
+    "imex": None,
+    "local_addresses": None,
+    "uptime_s": None,
     # kernel log
     "kern_log": True,
     "kern_log_lines": None,
@@ -896,6 +912,72 @@ def nvswitches(count: int = 4, device: str = "0x22a3", first_bus: int = 0x05) ->
     ]
 
 
+PID_NVLSM, PID_IMEX = 1534, 1535
+
+
+def vpd(id_string: str, fields: list[tuple[str, str]]) -> bytes:
+    """PCI VPD bytes (PCI local bus specification, VPD format): an identifier string tag (0x82), a VPD-R tag (0x90)
+    with the keyword fields and an RV checksum, the end tag (0x78)."""
+    ident = id_string.encode()
+    head = bytes([0x82, len(ident) & 0xFF, len(ident) >> 8]) + ident
+    body = b"".join(k.encode() + bytes([len(v)]) + v.encode() for k, v in fields)
+    size = len(body) + 4  # + "RV", its length byte and the checksum byte
+    ro = bytes([0x90, size & 0xFF, size >> 8]) + body + b"RV\x01"
+    checksum = (-sum(head + ro)) & 0xFF  # every byte up to and including the checksum sums to 0
+    return head + ro + bytes([checksum, 0x78])
+
+
+def nvswitch_bridge(bus: str = "c1", device: str = "0x1021") -> list[dict[str, Any]]:
+    """mellanox_pci entries of an HGX B200 baseboard's ConnectX-7 bridge (synthetic, shaped as the fabric manager
+    user guide describes it): two ports, each a full PF (.0, .2) and a limited PF (.1, .3) whose VPD carries the
+    vendor-specific field SMDL=SW_MNG that marks the NVSwitch management functions."""
+    out = []
+    for fn in range(4):
+        fields = [("PN", "FIXTURE-CX7-BRIDGE"), ("SN", f"MT0000X0000{fn}")]
+        if fn % 2:
+            fields.append(("V3", "SMDL=SW_MNG"))
+        out.append({"address": f"0000:{bus}:00.{fn}", "device": device, "driver": "mlx5_core",
+                    "vpd": vpd("NVIDIA ConnectX-7 baseboard bridge (gpufleet fixture)", fields).hex()})
+    return out
+
+
+def write_fabric_services(w: _Writer, s: Mapping[str, Any]) -> None:
+    """Mellanox functions, NVLSM, IMEX, the host's addresses and uptime (issue 25: Blackwell and Grace)."""
+    for dev in s["mellanox_pci"]:
+        base = f"/sys/devices/pci0000:00/{dev['address']}"
+        w(base + "/vendor", "0x15b3\n")
+        w(base + "/class", "0x020700\n")
+        w(base + "/device", (dev.get("device") or "0x1021") + "\n")
+        if dev.get("driver"):
+            w(f"/sys/bus/pci/drivers/{dev['driver']}/new_id", "", mode=0o200)
+            w.link(base + "/driver", f"../../../bus/pci/drivers/{dev['driver']}")
+        if dev.get("vpd") == "unreadable":
+            (w.root / base.lstrip("/") / "vpd").mkdir(parents=True, exist_ok=True)
+        elif dev.get("vpd") is not None:
+            (w.root / base.lstrip("/") / "vpd").write_bytes(bytes.fromhex(dev["vpd"]))
+        w.link(f"/sys/bus/pci/devices/{dev['address']}", f"../../../devices/pci0000:00/{dev['address']}")
+    if s["nvlsm"]:
+        w("/opt/nvidia/nvlsm/sbin/nvlsm", "", mode=0o755)
+    if s["nvlsm_running"]:
+        w(f"/proc/{PID_NVLSM}/comm", "nvlsm\n")
+    imex = s["imex"]
+    if imex is not None:
+        w("/usr/bin/nvidia-imex", "", mode=0o755)
+        if imex.get("config") is not None:
+            w("/etc/nvidia-imex/config.cfg", imex["config"])
+        if imex.get("nodes") is not None:
+            w(imex.get("nodes_path") or "/etc/nvidia-imex/nodes_config.cfg", imex["nodes"])
+        if imex.get("running"):
+            w(f"/proc/{PID_IMEX}/comm", "nvidia-imex\n")
+    if s["local_addresses"] is not None:
+        lines = ["Main:", "  +-- 0.0.0.0/0 3 0 5"]
+        for address in s["local_addresses"]:
+            lines += [f"     |-- {address}", "        /32 host LOCAL"]
+        w("/proc/net/fib_trie", "\n".join(lines) + "\n")
+    if s["uptime_s"] is not None:
+        w("/proc/uptime", f"{float(s['uptime_s']):.2f} {float(s['uptime_s']) * 3:.2f}\n")
+
+
 def sxid_line(code: int, fatal: bool = True, pci: str = "0000:c2:00.0", switch: int = 0, text: str = "") -> str:
     """A kern.log line of an NVSwitch SXid, as the nvidia-nvswitch driver prints it."""
     kind = "Fatal" if fatal else "Non-fatal"
@@ -973,6 +1055,7 @@ def build_root(path: str | os.PathLike, overrides: Mapping[str, Any] | None = No
     write_job_services(w, s)
     write_irqs(w, s, layout)
     write_nvidia(w, s)
+    write_fabric_services(w, s)
     write_os(w, s)
     write_kern_log(w, s)
     (root / MARKER).write_text(
