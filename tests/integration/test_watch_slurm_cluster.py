@@ -267,12 +267,33 @@ def test_circuit_breaker_with_two_nodes(lab):
     assert (rows["gfn1"]["state"], rows["gfn2"]["state"]) == ("drained", "idle")
     second = lab.reconcile("gfn2", [LOST], settings=settings)
     assert (second["action"], second["drained"], second["suppressed"]) == ("suppressed", False, True)
-    assert "1 of 2 nodes of partition gpu" in second["message"] and "gfn1" in second["message"]
+    assert "partition gpu: 1 of 2 nodes already drained, down or failing" in second["message"]
+    assert "(taking no jobs: gfn1)" in second["message"]
     rows = lab.sinfo()
     assert (rows["gfn1"]["state"], rows["gfn2"]["state"]) == ("drained", "idle")
-    # A looser breaker lets the second drain through.
-    third = lab.reconcile("gfn2", [LOST], settings=dict(ON, max_drained_fraction=0.6))
-    assert third["action"] == "drain" and lab.sinfo()["gfn2"]["state"] == "drained"
+    # A looser fraction still leaves the floor: draining gfn2 would leave no node of gpu taking jobs.
+    third = lab.reconcile("gfn2", [LOST], settings=dict(settings, max_drained_fraction=0.6))
+    assert (third["action"], third["suppressed"]) == ("suppressed", True)
+    assert "would leave 0 of 2 nodes, below watch.slurm.min_available_nodes 1" in third["message"]
+    assert lab.sinfo()["gfn2"]["state"] == "idle"
+    # Without the floor (min_available_nodes 0) the second drain goes through.
+    fourth = lab.reconcile("gfn2", [LOST], settings=dict(ON, max_drained_fraction=0.6, min_available_nodes=0))
+    assert fourth["action"] == "drain" and lab.sinfo()["gfn2"]["state"] == "drained"
+
+
+def test_circuit_breaker_counts_nodes_drained_or_down_by_someone_else(lab):
+    """gfn1 drained by hand (maintenance), then set down: either way it takes no jobs, and gpufleet must not drain the
+    partition's last node. Before, only gpufleet's own drains counted and gfn2 was drained too."""
+    lab.sh("gfn1", 'scontrol update nodename=gfn1 state=drain reason="maintenance: PSU swap"')
+    for settings in (dict(ON, max_drained_fraction=0.5, min_available_nodes=0), ON):
+        out = lab.reconcile("gfn2", [LOST], settings=settings)
+        assert (out["action"], out["suppressed"]) == ("suppressed", True), out
+        assert "(taking no jobs: gfn1)" in out["message"]
+        assert lab.sinfo()["gfn2"]["state"] == "idle"
+    lab.sh("gfn1", 'scontrol update nodename=gfn1 state=down reason="hw replaced"')
+    out = lab.reconcile("gfn2", [LOST], settings=ON)
+    assert out["action"] == "suppressed" and "would leave 0 of 2 nodes" in out["message"]
+    assert lab.sinfo()["gfn2"]["state"] == "idle"
 
 
 # ------------------------------------------------------------------------------------- the checker, end to end
@@ -409,5 +430,88 @@ def test_checker_never_resumes_when_it_could_not_read_the_gpus(checker):
         lab.sh("gfn2", f"rm {NVML_STATE}")  # the simulated driver is gone: nvmlInit answers DriverNotLoaded
         out = lab.sh("gfn2", run)
         assert lab.sinfo()["gfn2"]["state"] == "drained", out
+    finally:
+        lab.gpus("gfn2")
+
+
+# ------------------------------------------------------------------ kernel-log events: drain once, until a resume
+XID_CONFIG = "/etc/gpufleet/watch-xid.json"
+KERN_LOG = "/var/log/gpufleet-test-kern.log"
+
+
+def _xid_line(node: str, when: float, pci: str = "0000:1b:00") -> str:
+    """A kernel-log line as Debian 12's rsyslog writes /var/log/kern.log (RFC 3339 time stamps)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(when)) + f".{int((when % 1) * 1e6):06d}+00:00"
+    return f"{stamp} {node} kernel: NVRM: Xid (PCI:{pci}): 79, pid=2701, name=python3, GPU has fallen off the bus.\n"
+
+
+def _xid_config(lab, node: str, policy: dict | None = None) -> None:
+    """The checker's configuration with the kernel log read from KERN_LOG and its own state file."""
+    config = {
+        "host": node,
+        "policy": dict(
+            {"watch": {"state_file": "/var/lib/gpufleet/xid-state.json", "slurm": {"drain": True, "resume": True}}},
+            **(policy or {}),
+        ),
+        "audit": {
+            "nvml_library": f"{SITE}/sim/libnvidia-ml.so.1",
+            "sample_seconds": 0.2,
+            "kernel_log": "file",
+            "kernel_log_file": KERN_LOG,
+        },
+        "environment": {"FAKE_NVML_STATE": NVML_STATE},
+    }
+    payload = _payload({XID_CONFIG: (json.dumps(config).encode(), 0o644)})
+    _podman("exec", "-i", lab.containers[node], "tar", "-x", "--no-same-owner", "-C", "/", stdin=payload)
+    lab.sh(node, f"rm -f /var/lib/gpufleet/xid-state.json; : >{KERN_LOG}")
+
+
+def test_an_xid_drains_once_a_resume_holds_and_a_new_xid_drains_again(checker):
+    """Xid 79 -> drained; `scontrol update state=resume` by a person -> the same line (still in the 24 h window) does
+    not drain on the next runs; a new Xid 79 line -> drained again. Before, every run drained it again."""
+    lab = checker
+    lab.resume_all()
+    _xid_config(lab, "gfn2")
+    run = f"python3 {WATCH} --config {XID_CONFIG}"
+    now = time.time()
+    lab.sh("gfn2", f"printf %s '{_xid_line('gfn2', now - 600)}' >>{KERN_LOG}")
+    out = lab.sh("gfn2", run)
+    row = lab.sinfo()["gfn2"]
+    assert row["state"] == "drained" and row["reason"].startswith("gpufleet: HOST-HLT-001 Xid 79 "), (row, out)
+
+    lab.sh("gfn1", "scontrol update nodename=gfn2 state=resume")  # the operator reset the GPU
+    lab.wait_idle(timeout=10)
+    outs = []
+    for attempt in range(2):
+        outs.append(lab.sh("gfn2", run))
+        assert lab.sinfo()["gfn2"]["state"] == "idle", (attempt, outs[-1])
+        # still reported (the line is in the window), no longer a reason to drain
+        assert 'gpufleet_finding{host="gfn2",rule="HOST-HLT-001"' in lab.sh("gfn2", f"cat {TEXTFILE}")
+    assert "slurm: node gfn2 takes jobs again after gpufleet drained it for kernel-log events" in outs[0]
+    out = outs[1]
+    print(f"\n$ {run}   # after the resume, the old Xid 79 still in the window\n{out.rstrip()}")
+
+    lab.sh("gfn2", f"printf %s '{_xid_line('gfn2', time.time(), pci='0000:5d:00')}' >>{KERN_LOG}")
+    out = lab.sh("gfn2", run)
+    row = lab.sinfo()["gfn2"]
+    assert row["state"] == "drained" and "Xid 79" in row["reason"], (row, out)
+    lab.resume_all()
+
+
+def test_gpu_memory_full_while_swapping_never_drains(checker):
+    """GPU-MEM-001 fails at critical (the workload's state) and the node stays idle. The host cannot be made to swap
+    without touching its memory (host-wide), so a swap-rate threshold of 0 pages/s makes the measured rate count as
+    swapping; the simulated GPUs' memory is 99 % used."""
+    lab = checker
+    lab.resume_all()
+    _xid_config(lab, "gfn2", {"memory": {"swap_rate_pages_per_s": 0}})
+    full = {f"gpu.{i}.memory_used": str(81000 * 1024 * 1024) for i in range(4)}
+    lab.gpus("gfn2", **full)
+    try:
+        out = lab.sh("gfn2", f"python3 {WATCH} --config {XID_CONFIG}")
+        text = lab.sh("gfn2", f"cat {TEXTFILE}")
+        assert 'rule="GPU-MEM-001",severity="critical",area="memory",status="fail"} 1' in text, out
+        assert lab.sinfo()["gfn2"]["state"] == "idle", out
+        assert "slurm: node gfn2 is IDLE, no problem" in out
     finally:
         lab.gpus("gfn2")

@@ -366,7 +366,8 @@ def textfile(config, result, state, run):
         families.append(("watch_slurm_drained", "1 while this host's Slurm node is drained by gpufleet.",
                          [s("watch_slurm_drained", nl, 1 if slurm_state.get("drained") else 0)]))
         families.append(("watch_slurm_drain_suppressed",
-                         "1 when the circuit breaker (watch.slurm.max_drained_fraction) held a drain back.",
+                         "1 when the circuit breaker (watch.slurm.max_drained_fraction, min_available_nodes) held a "
+                         "drain back.",
                          [s("watch_slurm_drain_suppressed", nl, 1 if slurm_state.get("suppressed") else 0)]))
     return prometheus_text.render(families)
 
