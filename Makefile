@@ -12,6 +12,20 @@ INVENTORY ?= inventories/local/hosts.yml
 audit: deps-base $(VENV)/.installed
 	$(BIN)/gpufleet audit -i $(INVENTORY)
 
+# The real-GPU check (docs/device-check.md), on a Linux machine with an NVIDIA driver and GPU: gpu_info, the audit,
+# topology, the probe and the watch checker (--print) on localhost, read-only, against nvidia-smi -q -x and topo -m;
+# one table (field, gpufleet, nvidia-smi, match) and the time of gpufleet's NVML facts vs nvidia-smi -q, printed and
+# written to build/device-check/table.md and table.json. Exit 1 on a mismatch. Needs only the project's venv (no
+# apt packages, no lab). Without internet: `make device-check-wheels` where PyPI is reachable (same Python minor
+# version and CPU architecture), carry build/device-check-wheels, then
+# `PIP_NO_INDEX=1 PIP_FIND_LINKS=$PWD/build/device-check-wheels make device-check`.
+.PHONY: device-check device-check-wheels
+device-check: $(VENV)/.installed
+	$(BIN)/python scripts/device_check.py --out build/device-check
+
+device-check-wheels: $(VENV)/bin/python
+	$(BIN)/pip download -q -d build/device-check-wheels . 'setuptools>=77' wheel pip
+
 # A simulated fleet of 8 GPU servers, each a podman container (inventories/demo-podman; images from `make lab`,
 # nothing pulled): audited (reports/demo/), then remediated and audited again (reports/demo/remediation-*/: before,
 # after, remediation.json). Every change lands inside the containers: nothing on this machine is changed. The
