@@ -62,8 +62,14 @@ def audit_play(name: str, **args) -> str:
 
 
 def local_host(python: str | Path = sys.executable, **variables) -> dict:
-    """A host Ansible reaches with the local connection, its modules run by ``python``."""
-    return {"ansible_connection": "local", "ansible_python_interpreter": str(python), **variables}
+    """A host Ansible reaches with the local connection, its modules run by ``python``; marked as meant to be
+    changed (``gpufleet_allow_local_changes``: the changing playbooks refuse a local host otherwise)."""
+    return {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": str(python),
+        "gpufleet_allow_local_changes": True,
+        **variables,
+    }
 
 
 # The play environment of simulated-GPU hosts: the simulated libnvidia-ml.so.1 first on the loader's path, its state

@@ -83,6 +83,7 @@ def host_vars(fleet: Path, name: str, sim_dir: Path, python: str = sys.executabl
             "FAKE_ETHTOOL_DIR": str(fleet / name / "ethtool"),
         },
         "gpufleet_become": False,
+        "gpufleet_allow_local_changes": True,  # a simulated host on this machine, meant to be remediated
         "gpufleet_rollback_dir": str(root / "var/lib/gpufleet/rollback"),
         "gpufleet_lock_path": str(root / "run/gpufleet/remediation.lock"),
         "host_tuning_root": str(root),

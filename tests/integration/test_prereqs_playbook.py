@@ -59,6 +59,7 @@ def _playbook(tmp_path: Path, wheel: Path, *extra: str) -> subprocess.CompletedP
                     "ansible_connection": "local",
                     "ansible_python_interpreter": SYSTEM_PYTHON,
                     "gpufleet_become": False,  # the lab runs as root; a fleet becomes root through sudo
+                    "gpufleet_allow_local_changes": True,  # installs only under tmp_path
                     "prereqs_nvml_method": "wheel",
                     "prereqs_python": SYSTEM_PYTHON,
                     "prereqs_venv": str(tmp_path / "opt-gpufleet-venv"),

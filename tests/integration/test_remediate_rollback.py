@@ -46,6 +46,7 @@ def test_remediate_then_rollback(tmp_path, profiles, sim_lib):
         "ansible_connection": "local",
         "ansible_python_interpreter": sys.executable,
         "gpufleet_become": False,
+        "gpufleet_allow_local_changes": True,  # a simulated host on this machine (files under tmp_path)
         "gpufleet_environment": {"LD_LIBRARY_PATH": str(sim_lib.parent), "FAKE_NVML_STATE": str(state)},
         "host_tuning_root": str(root),
         "host_tuning_host_mem_004_enabled": False,
