@@ -123,6 +123,37 @@ def prepare(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[s
     return overrides, inventory_hosts(args.inventory, args.limit, overrides, args.policy)
 
 
+def refuse_local_changes(inventory: str | list[str], limit: str | None, command: str) -> None:
+    """UsageError (nothing runs) when a host of the run is the controller itself (local connection or a loopback
+    address) and the inventory does not set ``gpufleet_allow_local_changes: true`` for it, or when that variable
+    is not a boolean: the check the changing playbooks' first task (gpufleet.tuning.local_guard) makes, asked
+    before any host is touched. The connection is the host's ``ansible_connection``, else ANSIBLE_TRANSPORT, else
+    ssh (the collection's ansible.cfg, which the CLI's runs use, sets none)."""
+    import os
+
+    paths.import_collection()
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils import local_guard
+
+    names = ["ansible_connection", "ansible_host", local_guard.VARIABLE]
+    default_connection = os.environ.get("ANSIBLE_TRANSPORT") or "ssh"
+    refused: list[tuple[str, str]] = []
+    bad: list[str] = []
+    for host, values in host_variables(inventory, limit, names).items():
+        connection = values.get("ansible_connection") or default_connection
+        address = values.get("ansible_host") or host
+        try:
+            how = local_guard.decide(connection, address, values.get(local_guard.VARIABLE))
+        except local_guard.GuardValueError as exc:
+            bad.append(f"  {host}: {exc}")
+            continue
+        if how:
+            refused.append((host, how))
+    if bad:
+        raise UsageError("invalid inventory (nothing was run):\n" + "\n".join(bad))
+    if refused:
+        raise UsageError(local_guard.message(refused, f"`gpufleet {command}`"))
+
+
 def host_variables(inventory: str | list[str], limit: str | None, names: list[str]) -> dict[str, dict[str, Any]]:
     """host -> {name: the inventory's value of that variable, templated} for the ``names`` the inventory sets
     (role defaults are not read: a name the inventory does not set is absent). A value that cannot be templated

@@ -341,6 +341,7 @@ def run(args: argparse.Namespace) -> int:
     run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(args.out).resolve() / f"remediation-{run_id}"
     overrides, host_names = preflight.prepare(args, out)
+    preflight.refuse_local_changes(args.inventory, args.limit, "remediate")
     from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
 
     def stopped(stage: str, signame: str, summary: dict[str, Any]) -> int:

@@ -40,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     paths.import_collection()
     preflight.inventory_hosts(args.inventory, args.limit, {}, None)
+    preflight.refuse_local_changes(args.inventory, args.limit, "rollback")
     extravars = {"gpufleet_rollback_run": args.run} if args.run else {}
     result = run_playbook(
         PLAYBOOK, args.inventory, limit=args.limit, check=args.check, extravars=extravars, quiet=not args.verbose
