@@ -134,6 +134,45 @@ def test_proprietary_on_blackwell_is_refused(tmp_path, sim_lib):
     assert r["plan"]["action"] == "blocked"
 
 
+HGX_SWITCHES = [("0000:%02x:00.0" % (5 + i), "0x22a3", "0x068000") for i in range(4)]
+
+
+def test_nvswitches_on_the_pci_bus_move_the_fabric_with_the_driver(tmp_path, sim_lib, profiles):
+    """An HGX H100 whose fabric manager package is not installed yet: its four NVSwitches (NVIDIA bridges of class
+    0x0680) decide that fabric manager and NSCQ move with the driver (issue 25)."""
+    state = _state(tmp_path, profiles, "h100", "535")
+    _root(tmp_path, pci=HGX_SWITCHES)
+    r = _preflight(tmp_path, sim_lib, state, **UPGRADE_535_TO_550, installed_packages=["nvidia-driver-535"])
+    assert r["fabric"]["managed"] is True and r["fabric"]["source"] == "nvswitch"
+    assert r["fabric"]["nvswitches"] == 4
+    assert r["plan"]["action"] == "reload"
+
+
+def test_no_nvswitch_and_no_fabric_package_leave_the_fabric_alone(tmp_path, sim_lib, profiles):
+    state = _state(tmp_path, profiles, "a100", "535")
+    _root(tmp_path, pci=[("0000:18:00.0", "0x20b2", "0x030200")])
+    r = _preflight(tmp_path, sim_lib, state, branch=550, installed_packages=["nvidia-driver-535"])
+    assert (r["fabric"]["managed"], r["fabric"]["source"], r["fabric"]["nvswitches"]) == (False, "none", 0)
+    assert r["plan"] is None
+
+
+def test_fabric_missing_in_the_drivers_version_refuses_the_change(tmp_path, sim_lib, profiles):
+    """Idle GPUs (a reload would do), but the sources have no fabric manager 550.90.07: refused and named."""
+    state = _state(tmp_path, profiles, "h100", "535")
+    _root(tmp_path, pci=HGX_SWITCHES)
+    r = _preflight(
+        tmp_path,
+        sim_lib,
+        state,
+        **UPGRADE_535_TO_550,
+        installed_packages=["nvidia-driver-535", "nvidia-fabricmanager-535", "libnvidia-nscq-535"],
+        fabric_missing=["nvidia-fabricmanager-550 550.90.07"],
+    )
+    assert r["fabric"]["installed"] == ["libnvidia-nscq-535", "nvidia-fabricmanager-535"]
+    assert r["plan"]["action"] == "blocked"
+    assert r["plan"]["blockers"][0].startswith("no nvidia-fabricmanager-550 550.90.07 in the package sources")
+
+
 def test_bad_branch_is_a_clear_error(tmp_path, sim_lib):
     _root(tmp_path)
     r = _module(

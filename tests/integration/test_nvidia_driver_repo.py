@@ -59,7 +59,10 @@ PLAY = """
         mode: "0644"
     - name: The role's choices
       ansible.builtin.copy:
-        content: "{{{{ {{'driver': __nvidia_driver_apt_version, 'fm': __nvidia_driver_fm_apt_specs}} | to_json }}}}"
+        content: >-
+          {{{{ {{'driver': __nvidia_driver_apt_version, 'fm': __nvidia_driver_fm_apt_specs,
+                'missing': __nvidia_driver_fm_missing, 'transaction': __nvidia_driver_apt_specs,
+                'cleanup': __nvidia_driver_other_branch_installed}} | to_json }}}}
         dest: "{out}"
         mode: "0644"
 """
@@ -129,32 +132,84 @@ def test_without_the_pin_apt_would_leave_the_branch(apt):
 
 def test_branch_pin_keeps_driver_and_fabric_manager_together(tmp_path, apt):
     choices = _role(tmp_path, apt, nvidia_driver_fabricmanager=True)
-    assert choices == {
-        "driver": "550.90.07-1",
-        "fm": ["nvidia-fabricmanager-550=550.90.07-1", "libnvidia-nscq-550=550.90.07-1"],
-    }
+    assert (choices["driver"], choices["fm"], choices["missing"]) == (
+        "550.90.07-1",
+        ["nvidia-fabricmanager-550=550.90.07-1", "libnvidia-nscq-550=550.90.07-1"],
+        [],
+    )
+    # One apt transaction: never a driver without the fabric manager of its version (issue 25).
+    assert choices["transaction"] == [
+        "nvidia-driver-550=550.90.07-1",
+        "nvidia-dkms-550=550.90.07-1",
+        "nvidia-fabricmanager-550=550.90.07-1",
+        "libnvidia-nscq-550=550.90.07-1",
+    ]
     assert _candidate(apt, "nvidia-driver-550") == "550.90.07-1"
     assert _candidate(apt, "nvidia-dkms-550") == "550.90.07-1"
     assert _candidate(apt, "nvidia-fabricmanager-550") == "550.90.07-1"
     assert _candidate(apt, "libnvidia-nscq-550") == "550.90.07-1"
     # What the role installs resolves in one transaction (dependencies included).
-    sim = apt(
-        "apt-get", "-s", "install", "nvidia-driver-550=550.90.07-1", "nvidia-dkms-550=550.90.07-1", *choices["fm"]
-    )
+    sim = apt("apt-get", "-s", "install", *choices["transaction"])
     assert "Inst nvidia-driver-550 (550.90.07-1" in sim
 
 
 def test_exact_version_pin(tmp_path, apt):
     choices = _role(tmp_path, apt, nvidia_driver_version="550.54.15-1")
-    assert choices == {"driver": "550.54.15-1", "fm": []}
+    assert (choices["driver"], choices["fm"]) == ("550.54.15-1", [])
     assert "Pin: version 550.54.15-1" in apt.pref.read_text()
     assert _candidate(apt, "nvidia-driver-550") == "550.54.15-1"
 
 
 def test_fabric_manager_missing_in_the_drivers_version_is_reported(tmp_path, apt):
-    """No libnvidia-nscq-550 550.54.15: the role's SW-FM-001 check sees an empty version (and fails the host)."""
+    """No libnvidia-nscq-550 550.54.15: named for nvidia_driver_preflight, which refuses the change (issue 25)."""
     choices = _role(tmp_path, apt, nvidia_driver_version="550.54.15-1", nvidia_driver_fabricmanager=True)
     assert choices["fm"] == ["nvidia-fabricmanager-550=550.54.15-1", "libnvidia-nscq-550="]
+    assert choices["missing"] == ["libnvidia-nscq-550 550.54.15"]
+
+
+def test_fabric_package_installed_at_the_drivers_version_is_not_missing(tmp_path, apt):
+    """A package the sources no longer offer but that is installed at the driver's version is what is wanted."""
+    installed = {
+        "libnvidia-nscq-550": [{"name": "libnvidia-nscq-550", "version": "550.54.15-1", "source": "apt"}],
+    }
+    choices = _role(
+        tmp_path,
+        apt,
+        nvidia_driver_version="550.54.15-1",
+        nvidia_driver_fabricmanager=True,
+        __nvidia_driver_installed=installed,
+    )
+    assert choices["fm"] == ["nvidia-fabricmanager-550=550.54.15-1", "libnvidia-nscq-550=550.54.15-1"]
+    assert choices["missing"] == []
+
+
+HGX_535 = {
+    name: [{"name": name, "version": "535.183.01-1", "source": "apt"}]
+    for name in ("nvidia-driver-535", "nvidia-dkms-535", "nvidia-fabricmanager-535", "libnvidia-nscq-535")
+}
+
+
+def test_cleanup_never_removes_an_unreplaced_fabric_manager(tmp_path, apt):
+    """Fabric not managed (the owner's false): a branch change removes the old driver but leaves fabric manager
+    and NSCQ alone - removing them would leave an NVSwitch system without its NVLink fabric (issue 25)."""
+    choices = _role(tmp_path, apt, nvidia_driver_fabricmanager=False, __nvidia_driver_installed=HGX_535)
+    assert choices["cleanup"] == ["nvidia-dkms-535", "nvidia-driver-535"]
+    assert choices["transaction"] == ["nvidia-driver-550=550.90.07-1", "nvidia-dkms-550=550.90.07-1"]
+
+
+def test_managed_fabric_is_replaced_in_the_drivers_transaction(tmp_path, apt):
+    """Managed: the 550 fabric packages come in the driver's transaction, then the 535 ones may go."""
+    choices = _role(tmp_path, apt, nvidia_driver_fabricmanager=True, __nvidia_driver_installed=HGX_535)
+    assert choices["cleanup"] == sorted(HGX_535)
+    assert choices["transaction"][2:] == ["nvidia-fabricmanager-550=550.90.07-1", "libnvidia-nscq-550=550.90.07-1"]
+
+
+def test_imex_moves_where_installed(tmp_path, apt):
+    installed = {**HGX_535, "nvidia-imex-535": [{"name": "nvidia-imex-535", "version": "535.183.01-1"}]}
+    choices = _role(tmp_path, apt, nvidia_driver_fabricmanager=True, __nvidia_driver_installed=installed)
+    # The lab repository has no nvidia-imex-550: named, so the change is refused.
+    assert choices["fm"][-1] == "nvidia-imex-550="
+    assert choices["missing"] == ["nvidia-imex-550 550.90.07"]
 
 
 def test_other_branch(tmp_path, apt):
