@@ -115,3 +115,17 @@ def test_errors_in_the_counters_read_still_fail_and_name_the_unread():
 
 def test_all_counters_read_and_zero_pass():
     assert _evaluate(healthy())["GPU-NVL-002"]["status"] == "pass"
+
+
+def test_a_pcie_replay_counter_nvml_does_not_return_is_unknown_not_within_rate():
+    """old code: pass "PCIe replays within DCGM's rate" with GPU 5's counter unread."""
+    facts = healthy()
+    g = facts["gpu"]["gpus"][5]
+    g["pcie"].update(replay_count=None, replay_increase=None)
+    g["unsupported"]["pcie.replay_count"] = "NoPermission"
+    f = _evaluate(facts)["GPU-PCI-002"]
+    assert f["status"] == "skip", f
+    assert f["message"].startswith("unknown: NVML does not return the PCIe replay counter of GPU 5 (NoPermission)")
+    # a replay storm on another GPU still fails
+    facts["gpu"]["gpus"][0]["pcie"]["replay_increase"] = 5000
+    assert _evaluate(facts)["GPU-PCI-002"]["status"] == "fail"

@@ -696,6 +696,12 @@ def check_pcie_replays(facts, pol):
                 }
             )
     expected = "at most DCGM's replays per minute for the link's generation and width"
+    # A GPU sampled whose counter NVML did not return (NotSupported, NoPermission) is unknown, not "within rate".
+    unread = [g for g in gpus if _get(g, "pcie", "sample_seconds") and _get(g, "pcie", "replay_increase") is None]
+    not_read = "; ".join(
+        "GPU %s (%s)" % (g["index"], (g.get("unsupported") or {}).get("pcie.replay_count") or "not returned by NVML")
+        for g in unread
+    )
     if items:
         return result(
             "fail",
@@ -711,6 +717,14 @@ def check_pcie_replays(facts, pol):
                 ),
             ),
             items=items,
+        )
+    if unread:
+        return result(
+            "skip",
+            observed,
+            expected,
+            "unknown: NVML does not return the PCIe replay counter of %s; within DCGM's rate on GPU(s) %s"
+            % (not_read, [g["index"] for g in sampled]),
         )
     return result("pass", observed, expected, "PCIe replays within DCGM's rate")
 
