@@ -113,6 +113,12 @@ SPEC = {
     "software": {
         "driver_min_version": ("535.0", "version", "Oldest acceptable driver version."),
         "driver_branch": (None, "int", "Pinned driver branch (e.g. 550); null means any branch."),
+        "imex_per_job": (False, "bool",
+                         "SW-IMEX-001: false: nvidia-imex runs as a host service across the NVLink domain or "
+                         "partition (the IMEX guide's domain-wide and partition-wide models), so it must always run; "
+                         "true: the job launcher starts it for each job (a Slurm prolog, as NVIDIA Mission Control "
+                         "recommends, or the Kubernetes DRA driver's ComputeDomains), so only a running daemon's node "
+                         "list is judged."),
     },
     "health": {
         "xid_min_severity": ("low", "severity", "Xid events below this severity are ignored."),

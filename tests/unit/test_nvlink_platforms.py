@@ -284,3 +284,17 @@ def test_gh200_nvl32_trays_need_imex_and_a_single_gh200_does_not():
     finding = _evaluate(facts)["SW-IMEX-001"]
     assert finding["status"] == "fail" and "nvidia-imex is not installed" in finding["message"]
     assert _evaluate(facts)["SW-FM-001"]["status"] == "pass"
+
+
+def test_imex_started_per_job():
+    # NVIDIA Mission Control recommends starting IMEX per Slurm job: an idle tray runs none.
+    per_job = {"software": {"imex_per_job": True}}
+    idle = _imex(gb200_tray(healthy()), running=False)
+    assert _evaluate(idle)["SW-IMEX-001"]["status"] == "fail"
+    assert _evaluate(idle, per_job)["SW-IMEX-001"]["status"] == "pass"
+    # A per-job daemon in a container (Kubernetes DRA driver): nothing of IMEX on the host but the process.
+    containerised = _imex(gb200_tray(healthy()), installed=False, nodes_file_present=False, nodes=[])
+    assert _evaluate(containerised, per_job)["SW-IMEX-001"]["status"] == "pass"
+    # A running per-job daemon's node list is still judged.
+    finding = _evaluate(_imex(gb200_tray(healthy()), local_addresses=["10.200.0.7"]), per_job)["SW-IMEX-001"]
+    assert finding["status"] == "fail" and "does not list this host" in finding["message"]

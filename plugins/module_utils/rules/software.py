@@ -274,8 +274,16 @@ def check_imex(facts, pol):
                       "not a multi-node NVLink compute tray (%s): IMEX not needed" % platform["evidence"])
     if not isinstance(imex, dict):
         return skip("IMEX facts not gathered (gpu_info before issue 25)")
+    per_job = pol["software"]["imex_per_job"]
     local = imex.get("local_addresses")
     nodes = imex.get("nodes") or []
+    if per_job and not imex.get("running"):
+        return result("pass", {"platform": platform["kind"], "per_job": True, "running": imex.get("running")},
+                      expected, "nvidia-imex is started per job (software.imex_per_job) and no job runs it now")
+    if per_job and not imex.get("installed"):
+        return result("pass", {"platform": platform["kind"], "per_job": True, "running": True, "installed": False},
+                      expected, "nvidia-imex runs from outside the host's installation (a container started per "
+                      "job, such as the Kubernetes DRA driver's): its node list is not the host's to judge")
     observed = {
         "platform": platform["kind"],
         "installed": imex.get("installed"),
@@ -425,8 +433,10 @@ RULES = (
         "it reads the domain's node IP addresses from IMEX_NODE_CONFIG_FILE (/etc/nvidia-imex/nodes_config.cfg) and "
         "binds to the one that is its own. Without it, or with a node list that is missing, not one IP address per "
         "line, or without this host, multi-node CUDA jobs cannot share memory over NVLink. Single nodes (HGX "
-        "boards, a GH200 or GB200 NVL4 on its own, PCIe cards) do not need IMEX and pass.",
+        "boards, a GH200 or GB200 NVL4 on its own, PCIe cards) do not need IMEX and pass. Where the job launcher "
+        "starts IMEX for each job (software.imex_per_job), only a running daemon is judged.",
         check_imex,
+        policy_keys=("software.imex_per_job",),
         manual="Install nvidia-imex at the driver's version, write the domain's node addresses to "
         "/etc/nvidia-imex/nodes_config.cfg (the same list on every node, this host included) and "
         "systemctl enable --now nvidia-imex.",
