@@ -440,7 +440,7 @@ RULES = (
         manual="Install nvidia-imex at the driver's version, write the domain's node addresses to "
         "/etc/nvidia-imex/nodes_config.cfg (the same list on every node, this host included) and "
         "systemctl enable --now nvidia-imex.",
-        references=(sources.IMEX_GUIDE, sources.IMEX_CONFIG, sources.MNNVL_GUIDE),
+        references=(sources.IMEX_GUIDE, sources.IMEX_CONFIG, sources.IMEX_DEPLOYMENT, sources.MNNVL_GUIDE),
     ),
     Rule(
         "SW-NVML-001",

@@ -111,6 +111,10 @@ IMEX_GUIDE = (
     "NVIDIA IMEX service for NVLink networks user guide",
     "https://docs.nvidia.com/multi-node-nvlink-systems/imex-guide/overview.html",
 )
+IMEX_DEPLOYMENT = (
+    "NVIDIA IMEX user guide: deployment models (NVLink domain wide, partition wide, per job)",
+    "https://docs.nvidia.com/multi-node-nvlink-systems/imex-guide/deployment.html",
+)
 IMEX_CONFIG = (
     "NVIDIA IMEX service config options: IMEX_NODE_CONFIG_FILE (nodes_config.cfg) and BIND_INTERFACE_IP",
     "https://docs.nvidia.com/multi-node-nvlink-systems/imex-guide/config.html",
