@@ -16,15 +16,18 @@ audit: deps-base $(VENV)/.installed
 # topology, the probe and the watch checker (--print) on localhost, read-only, against nvidia-smi -q -x and topo -m;
 # one table (field, gpufleet, nvidia-smi, match) and the time of gpufleet's NVML facts vs nvidia-smi -q, printed and
 # written to build/device-check/table.md and table.json. Exit 1 on a mismatch. Needs only the project's venv (no
-# apt packages, no lab). Without internet: `make device-check-wheels` where PyPI is reachable (same Python minor
-# version and CPU architecture), carry build/device-check-wheels, then
+# apt packages, no lab). Without internet: `make device-check-wheels` where PyPI is reachable (wheels for Python
+# 3.11-3.13 on WHEEL_ARCH, default x86_64; about 14 MB), carry build/device-check-wheels, then
 # `PIP_NO_INDEX=1 PIP_FIND_LINKS=$PWD/build/device-check-wheels make device-check`.
+WHEEL_ARCH ?= x86_64
 .PHONY: device-check device-check-wheels
 device-check: $(VENV)/.installed
 	$(BIN)/python scripts/device_check.py --out build/device-check
 
 device-check-wheels: $(VENV)/bin/python
-	$(BIN)/pip download -q -d build/device-check-wheels . 'setuptools>=77' wheel pip
+	for v in 3.11 3.12 3.13; do $(BIN)/pip download -q -d build/device-check-wheels --only-binary=:all: \
+		--python-version $$v $(foreach t,manylinux2014 manylinux_2_28 manylinux_2_34,--platform $(t)_$(WHEEL_ARCH)) \
+		. 'setuptools>=77' wheel pip || exit 1; done
 
 # A simulated fleet of 8 GPU servers, each a podman container (inventories/demo-podman; images from `make lab`,
 # nothing pulled): audited (reports/demo/), then remediated and audited again (reports/demo/remediation-*/: before,
