@@ -7,7 +7,7 @@ SIM_DIR := build/sim
 SIM_LIB := $(SIM_DIR)/libnvidia-ml.so.1
 INVENTORY ?= inventories/local/hosts.yml
 
-.PHONY: audit demo demo-down demo-local collections test sim lint sanity quality collection ee-context lab molecule unit integration deps-base deps-test venv clean docs
+.PHONY: audit demo demo-down demo-local collections test sim bindings lint sanity quality collection ee-context lab molecule unit integration deps-base deps-test venv clean docs
 
 audit: deps-base $(VENV)/.installed
 	$(BIN)/gpufleet audit -i $(INVENTORY)
@@ -57,7 +57,7 @@ docs: $(VENV)/.installed-test
 	$(BIN)/python scripts/gen-readme-tables.py
 	$(BIN)/python scripts/gen-role-readmes.py
 
-test: deps-test $(VENV)/.installed-test sim quality lab
+test: deps-test $(VENV)/.installed-test sim bindings quality lab
 	$(BIN)/pytest -q --durations=30 tests
 
 # Container lab for molecule/ (root): podman, network gpufleet-lab, local images (debootstrap, nothing pulled),
@@ -107,6 +107,11 @@ $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@ $(VENV)/.installed
 
+# A wheel of each NVML binding release in tests/sim/nvml/bindings.txt, under build/wheels/nvml-bindings: the binding
+# matrix test (tests/integration/test_nvml_bindings.py) installs them offline, one throwaway venv each.
+bindings: $(VENV)/.installed-test
+	scripts/fetch-nvml-bindings.sh $(BIN)/python build/wheels/nvml-bindings
+
 # The simulated libnvidia-ml.so.1, compile-checked against NVIDIA's nvml.h from the nvidia-nvml-dev wheel.
 sim: $(SIM_LIB)
 
@@ -123,7 +128,7 @@ lint: collections
 unit: $(VENV)/.installed-test
 	$(BIN)/pytest -q tests/unit
 
-integration: $(VENV)/.installed-test sim
+integration: $(VENV)/.installed-test sim bindings
 	$(BIN)/pytest -q tests/integration
 
 clean:

@@ -47,16 +47,41 @@ def _read_pynvml(module, fs, library, sample_seconds):
         nv = nvml.load_pynvml(library)
     except OSError as exc:
         module.fail_json(msg="nvml_library: cannot load %s: %s" % (library, exc))
+    binding = nvml.binding_info(nv)
     try:
         driver, gpus = nvml.collect(nv, fs, sample_seconds=sample_seconds)
     except nvml.NvmlUnavailable as exc:
         # The NVML error's name (LibRmVersionMismatch, DriverNotLoaded, ...) is a finding of its own (SW-KMOD-001).
         cause = exc.__cause__
         code = nvml.error_name(cause) if isinstance(cause, nv.NVMLError) else None
-        return {"available": False, "source": "pynvml", "error": str(exc), "error_code": code}, {}, []
+        binding["lacks"] = {}
+        return ({"available": False, "source": "pynvml", "error": str(exc), "error_code": code, "binding": binding},
+                {}, [])
     for gpu in gpus:
         gpu["source"] = "pynvml"
-    return {"available": True, "source": "pynvml", "error": None}, driver, gpus
+    binding["lacks"] = binding_lacks(driver, gpus)
+    return {"available": True, "source": "pynvml", "error": None, "binding": binding}, driver, gpus
+
+
+def binding_lacks(driver, gpus):
+    """{field: [functions]} of every field some GPU (or the driver) could not read because the binding has no
+    function for it (their ``unsupported`` reasons name the functions); GPU fields as in the GPU's map, driver
+    fields as ``driver.<field>``."""
+    out = {}
+
+    def add(field, reason):
+        if not isinstance(reason, str) or nvml.LACKS not in reason:
+            return
+        names = [part.strip()[len(nvml.LACKS):] for part in reason.split(";") if part.strip().startswith(nvml.LACKS)]
+        out.setdefault(field, [])
+        out[field] = sorted(set(out[field]) | set(names))
+
+    for field, reason in ((driver or {}).get("unsupported") or {}).items():
+        add("driver." + field, reason)
+    for gpu in gpus:
+        for field, reason in (gpu.get("unsupported") or {}).items():
+            add(field, reason)
+    return out
 
 
 def _read_nvidia_smi(module, binary, pynvml_error=None):
@@ -97,6 +122,7 @@ def read(module, fs, sample_seconds=nvml.SAMPLE_SECONDS):
             status, driver, gpus = _read_nvidia_smi(module, params["nvidia_smi_path"], "pynvml not importable")
     status["library"] = params["nvml_library"]
     status.setdefault("error_code", None)
+    status.setdefault("binding", None)
 
     driver = dict(driver or {})
     for key in ("version", "nvml_version", "cuda_driver_version", "cuda_driver_version_int"):

@@ -8,6 +8,11 @@ Design rules, from NVML's documented behaviour rather than any one driver:
 * any single query may fail with NotSupported, NoPermission, FunctionNotFound (an older
   driver without the symbol) or another NVML error: the field becomes ``None`` and the
   reason goes into the GPU's ``unsupported`` map, the rest is still read;
+* the binding (pynvml, from nvidia-ml-py, nvidia-ml-py3 or the pynvml package) may be older than the driver: a
+  function it lacks is a field it cannot read, recorded as ``"binding lacks <function>"`` (``binding_lacks``), never
+  an AttributeError. Constants and structures come from nvml.h through this file, not from the binding: old bindings
+  lack some, and some have them wrong (nvidia-ml-py3 7.352 swaps the two page-retirement causes; every binding before
+  12.570 lays out nvmlGpuFabricInfo_t with an 80-byte cluster UUID where nvml.h has 16, so the state reads 0);
 * a GPU that reports GpuIsLost is marked ``lost`` and left alone; other GPUs are still read;
 * a host without a usable library or driver is a fact (``nvml.available: false``), not a failure;
 * cumulative error counters (PCIe replays, NVLink replay/recovery/CRC) are read twice, ``sample_seconds``
@@ -19,6 +24,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ctypes
+import os
 import time
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
@@ -31,6 +38,37 @@ CPU_SET_WORDS = 64
 # Seconds between the two reads of the cumulative error counters (see the module docstring).
 SAMPLE_SECONDS = 1.0
 
+# Values from NVIDIA's nvml.h (the nvidia-nvml-dev wheel); fixed by NVML's ABI, so the binding's copies are not used.
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
+NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
+NVML_CLOCK_GRAPHICS = 0
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_TEMPERATURE_GPU = 0
+NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0
+NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
+NVML_TEMPERATURE_THRESHOLD_GPU_MAX = 3
+NVML_FEATURE_ENABLED = 1
+NVML_SUCCESS = 0
+# "Number of NVLinks present on the device": DCGM reads the link count from this field.
+NVML_FI_DEV_NVLINK_LINK_COUNT = 91
+# Links probed one by one when the link-count field is not supported: NVML_NVLINK_MAX_LINKS of nvml.h up to 12.x
+# (13.x raised it to 36 for future parts, where the field answers).
+PROBE_NVLINK_LINKS = 18
+
+# The reason recorded for a field whose getter the installed binding does not have.
+LACKS = "binding lacks "
+
+
+def binding_lacks(function):
+    """The ``unsupported`` reason of a field the binding cannot read: ``"binding lacks nvmlDeviceGetNumaNodeId"``."""
+    return LACKS + function
+
+
 # nvmlNvLinkErrorCounter_t -> our name; DCGM's NVLink health watch judges these four
 # (DCGM_FI_DEV_NVLINK_{REPLAY,RECOVERY,CRC_FLIT,CRC_DATA}_ERROR_TOTAL, summed over the links).
 NVLINK_COUNTERS = (("replay", 0), ("recovery", 1), ("crc_flit", 2), ("crc_data", 3))
@@ -38,7 +76,9 @@ NVLINK_COUNTERS = (("replay", 0), ("recovery", 1), ("crc_flit", 2), ("crc_data",
 # nvmlGpuFabricState_t
 FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
 
-# nvmlDeviceGpuRecoveryAction_t (nvml.h; NVIDIA GPU memory error management: recovery action flag)
+# nvmlDeviceGpuRecoveryAction_t: exactly the values nvml.h defines (NVML_GPU_RECOVERY_ACTION_*; NVIDIA GPU memory
+# error management: recovery action flag); any other value is "unknown (N)". tests/unit/test_nvml_binding.py
+# holds this table equal to the header's enum.
 RECOVERY_ACTIONS = {
     0: "none",
     1: "gpu_reset",
@@ -76,6 +116,43 @@ def error_name(exc):
     return "%s: %s" % (name, exc)
 
 
+class _NoSuchError(Exception):
+    """Stands in for an exception class the binding does not define (never raised)."""
+
+
+def _mismatch_error(nv):
+    """pynvml's NVMLLibraryMismatchError (nvidia-ml-py from 12.5xx); older bindings have none."""
+    return getattr(nv, "NVMLLibraryMismatchError", None) or _NoSuchError
+
+
+def binding_info(nv):
+    """Which binding the ``pynvml`` module is: {module, distribution, version}.
+
+    nvidia-ml-py and nvidia-ml-py3 have no ``__version__``: the installed distribution that owns the module's file
+    says (importlib.metadata); the pynvml package (11.x carries its own copy, 12.x/13.x wrap nvidia-ml-py) is found
+    the same way. ``version`` is None when no distribution's record lists the file (e.g. a copy on PYTHONPATH)."""
+    path = os.path.realpath(getattr(nv, "__file__", "") or "")
+    out = {"module": path or None, "distribution": None, "version": getattr(nv, "__version__", None)}
+    try:
+        from importlib import metadata
+    except ImportError:  # pragma: no cover - Python < 3.8
+        return out
+    for name in ("nvidia-ml-py", "nvidia-ml-py3", "pynvml"):
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        try:
+            files = [os.path.realpath(str(dist.locate_file(f))) for f in (dist.files or ())]
+        except Exception:  # nosec B112  # a broken RECORD: try the next candidate
+            continue
+        if path in files:
+            out["distribution"] = name
+            out["version"] = dist.version
+            return out
+    return out
+
+
 def load_pynvml(library=None):
     """Import pynvml and bind it to ``library`` (a path) when given.
 
@@ -108,9 +185,14 @@ class _Gpu:
         self.first = None  # first read of the error counters
         self.first_at = None
 
-    def call(self, field, fn, *args):
-        """Run an NVML getter for ``field``; None (and a recorded reason) on any error."""
+    def call(self, field, function, *args):
+        """Run the binding's getter named ``function`` for ``field``; None (and a recorded reason) on any error,
+        ``binding lacks <function>`` when the binding has no such getter."""
         if self.lost:
+            return None
+        fn = getattr(self.nv, function, None)
+        if fn is None:
+            self.unsupported[field] = binding_lacks(function)
             return None
         try:
             return fn(self.handle, *args)
@@ -119,11 +201,16 @@ class _Gpu:
             if reason == "GpuIsLost":
                 self.lost = True
             self.unsupported[field] = reason
-        except self.nv.NVMLLibraryMismatchError:
+        except _mismatch_error(self.nv):
             self.unsupported[field] = "FunctionNotFound"
         except (ValueError, TypeError, UnicodeDecodeError) as exc:
             self.unsupported[field] = "bad value from NVML: %s" % exc
         return None
+
+    def missing(self, field):
+        """True when ``field`` could not be read because the driver or the binding lacks its function."""
+        reason = self.unsupported.get(field) or ""
+        return reason == "FunctionNotFound" or reason.startswith(LACKS)
 
 
 def _text(value):
@@ -151,6 +238,15 @@ def _pair(value):
     return bool(int(value[0])), bool(int(value[1]))
 
 
+def _nvml_bus_id(bus_id):
+    """NVML's bus id with the 8-digit domain of nvmlPciInfo_t since the _v3 call: bindings that call
+    nvmlDeviceGetPciInfo_v2 (nvidia-ml-py3 7.352) read the legacy 16-byte "0000:18:00.0" form."""
+    if not bus_id:
+        return bus_id
+    domain, sep, rest = bus_id.partition(":")
+    return "%s%s%s" % (domain.rjust(8, "0"), sep, rest) if sep else bus_id
+
+
 def _sysfs_bus_id(pci_bus_id):
     """NVML "00000000:18:00.0" -> sysfs "0000:18:00.0" (lower case, 4-digit domain)."""
     if not pci_bus_id:
@@ -169,14 +265,14 @@ def _read_gpu(nv, handle, index, fs):
     g = _Gpu(nv, handle, index)
     d = g.data
 
-    d["name"] = _text(g.call("name", nv.nvmlDeviceGetName))
-    d["uuid"] = _text(g.call("uuid", nv.nvmlDeviceGetUUID))
-    pci = g.call("pci_bus_id", nv.nvmlDeviceGetPciInfo)
-    d["pci_bus_id"] = _text(pci.busId) if pci is not None else None
+    d["name"] = _text(g.call("name", "nvmlDeviceGetName"))
+    d["uuid"] = _text(g.call("uuid", "nvmlDeviceGetUUID"))
+    pci = g.call("pci_bus_id", "nvmlDeviceGetPciInfo")
+    d["pci_bus_id"] = _nvml_bus_id(_text(pci.busId)) if pci is not None else None
     d["pci_device_id"] = ("0x%08X" % pci.pciDeviceId) if pci is not None else None
-    d["architecture"] = decoders.architecture_name(g.call("architecture", nv.nvmlDeviceGetArchitecture))
+    d["architecture"] = decoders.architecture_name(g.call("architecture", "nvmlDeviceGetArchitecture"))
 
-    mem = g.call("memory", nv.nvmlDeviceGetMemoryInfo)
+    mem = g.call("memory", "nvmlDeviceGetMemoryInfo")
     if mem is not None:
         total, used = int(mem.total), int(mem.used)
         d["memory"] = {
@@ -188,93 +284,94 @@ def _read_gpu(nv, handle, index, fs):
     else:
         d["memory"] = None
 
-    d["persistence_mode"] = _bool(g.call("persistence_mode", nv.nvmlDeviceGetPersistenceMode))
+    d["persistence_mode"] = _bool(g.call("persistence_mode", "nvmlDeviceGetPersistenceMode"))
 
-    util = g.call("utilization", nv.nvmlDeviceGetUtilizationRates)
+    util = g.call("utilization", "nvmlDeviceGetUtilizationRates")
     d["utilization"] = None if util is None else {"gpu_pct": int(util.gpu), "memory_pct": int(util.memory)}
 
-    constraints = g.call("power.min_limit_w", nv.nvmlDeviceGetPowerManagementLimitConstraints)
+    constraints = g.call("power.min_limit_w", "nvmlDeviceGetPowerManagementLimitConstraints")
     if constraints is None and "power.min_limit_w" in g.unsupported:
         g.unsupported["power.max_limit_w"] = g.unsupported["power.min_limit_w"]
     d["power"] = {
-        "usage_w": _watts(g.call("power.usage_w", nv.nvmlDeviceGetPowerUsage)),
-        "limit_w": _watts(g.call("power.limit_w", nv.nvmlDeviceGetPowerManagementLimit)),
-        "default_limit_w": _watts(g.call("power.default_limit_w", nv.nvmlDeviceGetPowerManagementDefaultLimit)),
+        "usage_w": _watts(g.call("power.usage_w", "nvmlDeviceGetPowerUsage")),
+        "limit_w": _watts(g.call("power.limit_w", "nvmlDeviceGetPowerManagementLimit")),
+        "default_limit_w": _watts(g.call("power.default_limit_w", "nvmlDeviceGetPowerManagementDefaultLimit")),
         "min_limit_w": _watts(constraints[0]) if constraints is not None else None,
         "max_limit_w": _watts(constraints[1]) if constraints is not None else None,
-        "enforced_limit_w": _watts(g.call("power.enforced_limit_w", nv.nvmlDeviceGetEnforcedPowerLimit)),
+        "enforced_limit_w": _watts(g.call("power.enforced_limit_w", "nvmlDeviceGetEnforcedPowerLimit")),
     }
 
-    ecc_current, ecc_pending = _pair(g.call("ecc.current", nv.nvmlDeviceGetEccMode))
+    ecc_current, ecc_pending = _pair(g.call("ecc.current", "nvmlDeviceGetEccMode"))
     if "ecc.current" in g.unsupported:
         g.unsupported["ecc.pending"] = g.unsupported["ecc.current"]
-    unc = nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-    cor = nv.NVML_MEMORY_ERROR_TYPE_CORRECTED
+    unc = NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    cor = NVML_MEMORY_ERROR_TYPE_CORRECTED
     d["ecc"] = {
         "current": ecc_current,
         "pending": ecc_pending,
-        "volatile_uncorrected": g.call("ecc.volatile_uncorrected", nv.nvmlDeviceGetTotalEccErrors,
-                                       unc, nv.NVML_VOLATILE_ECC),
-        "aggregate_uncorrected": g.call("ecc.aggregate_uncorrected", nv.nvmlDeviceGetTotalEccErrors,
-                                        unc, nv.NVML_AGGREGATE_ECC),
-        "volatile_corrected": g.call("ecc.volatile_corrected", nv.nvmlDeviceGetTotalEccErrors,
-                                     cor, nv.NVML_VOLATILE_ECC),
-        "aggregate_corrected": g.call("ecc.aggregate_corrected", nv.nvmlDeviceGetTotalEccErrors,
-                                      cor, nv.NVML_AGGREGATE_ECC),
+        "volatile_uncorrected": g.call("ecc.volatile_uncorrected", "nvmlDeviceGetTotalEccErrors",
+                                       unc, NVML_VOLATILE_ECC),
+        "aggregate_uncorrected": g.call("ecc.aggregate_uncorrected", "nvmlDeviceGetTotalEccErrors",
+                                        unc, NVML_AGGREGATE_ECC),
+        "volatile_corrected": g.call("ecc.volatile_corrected", "nvmlDeviceGetTotalEccErrors",
+                                     cor, NVML_VOLATILE_ECC),
+        "aggregate_corrected": g.call("ecc.aggregate_corrected", "nvmlDeviceGetTotalEccErrors",
+                                      cor, NVML_AGGREGATE_ECC),
     }
 
-    rows = g.call("remapped_rows", nv.nvmlDeviceGetRemappedRows)
+    rows = g.call("remapped_rows", "nvmlDeviceGetRemappedRows")
     d["remapped_rows"] = None if rows is None else {
         "corrected": int(rows[0]),
         "uncorrected": int(rows[1]),
         "pending": bool(int(rows[2])),
         "failure": bool(int(rows[3])),
     }
-    sbe = g.call("retired_pages", nv.nvmlDeviceGetRetiredPages,
-                 nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+    sbe = g.call("retired_pages", "nvmlDeviceGetRetiredPages",
+                 NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
     dbe = None
     pending = None
     if sbe is not None:
-        dbe = g.call("retired_pages", nv.nvmlDeviceGetRetiredPages, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
-        pending = g.call("retired_pages.pending", nv.nvmlDeviceGetRetiredPagesPendingStatus)
+        dbe = g.call("retired_pages", "nvmlDeviceGetRetiredPages", NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+        pending = g.call("retired_pages.pending", "nvmlDeviceGetRetiredPagesPendingStatus")
     d["retired_pages"] = None if sbe is None or dbe is None else {
-        "single_bit": len(sbe),
-        "double_bit": len(dbe),
+        # list(): nvidia-ml-py3 7.352 returns a map object
+        "single_bit": len(list(sbe)),
+        "double_bit": len(list(dbe)),
         "pending": _bool(pending),
     }
 
     clocks = {}
-    for kind, const in (("graphics", nv.NVML_CLOCK_GRAPHICS), ("sm", nv.NVML_CLOCK_SM), ("mem", nv.NVML_CLOCK_MEM)):
-        clocks[kind] = g.call("clocks." + kind, nv.nvmlDeviceGetClockInfo, const)
-        clocks["max_" + kind] = g.call("clocks.max_" + kind, nv.nvmlDeviceGetMaxClockInfo, const)
-    for kind, const in (("graphics", nv.NVML_CLOCK_GRAPHICS), ("mem", nv.NVML_CLOCK_MEM)):
-        clocks["app_" + kind] = g.call("clocks.app_" + kind, nv.nvmlDeviceGetApplicationsClock, const)
+    for kind, const in (("graphics", NVML_CLOCK_GRAPHICS), ("sm", NVML_CLOCK_SM), ("mem", NVML_CLOCK_MEM)):
+        clocks[kind] = g.call("clocks." + kind, "nvmlDeviceGetClockInfo", const)
+        clocks["max_" + kind] = g.call("clocks.max_" + kind, "nvmlDeviceGetMaxClockInfo", const)
+    for kind, const in (("graphics", NVML_CLOCK_GRAPHICS), ("mem", NVML_CLOCK_MEM)):
+        clocks["app_" + kind] = g.call("clocks.app_" + kind, "nvmlDeviceGetApplicationsClock", const)
         clocks["default_app_" + kind] = g.call("clocks.default_app_" + kind,
-                                               nv.nvmlDeviceGetDefaultApplicationsClock, const)
+                                               "nvmlDeviceGetDefaultApplicationsClock", const)
     d["clocks"] = clocks
 
     d["clock_event_reasons"] = _clock_event_reasons(g, nv)
 
     d["temperature"] = {
-        "gpu": g.call("temperature.gpu", nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU),
-        "slowdown": g.call("temperature.slowdown", nv.nvmlDeviceGetTemperatureThreshold,
-                           nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
-        "shutdown": g.call("temperature.shutdown", nv.nvmlDeviceGetTemperatureThreshold,
-                           nv.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
-        "gpu_max": g.call("temperature.gpu_max", nv.nvmlDeviceGetTemperatureThreshold,
-                          nv.NVML_TEMPERATURE_THRESHOLD_GPU_MAX),
+        "gpu": g.call("temperature.gpu", "nvmlDeviceGetTemperature", NVML_TEMPERATURE_GPU),
+        "slowdown": g.call("temperature.slowdown", "nvmlDeviceGetTemperatureThreshold",
+                           NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+        "shutdown": g.call("temperature.shutdown", "nvmlDeviceGetTemperatureThreshold",
+                           NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
+        "gpu_max": g.call("temperature.gpu_max", "nvmlDeviceGetTemperatureThreshold",
+                          NVML_TEMPERATURE_THRESHOLD_GPU_MAX),
     }
 
     d["pcie"] = {
-        "gen_current": g.call("pcie.gen_current", nv.nvmlDeviceGetCurrPcieLinkGeneration),
-        "width_current": g.call("pcie.width_current", nv.nvmlDeviceGetCurrPcieLinkWidth),
-        "gen_max": g.call("pcie.gen_max", nv.nvmlDeviceGetMaxPcieLinkGeneration),
-        "width_max": g.call("pcie.width_max", nv.nvmlDeviceGetMaxPcieLinkWidth),
+        "gen_current": g.call("pcie.gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
+        "width_current": g.call("pcie.width_current", "nvmlDeviceGetCurrPcieLinkWidth"),
+        "gen_max": g.call("pcie.gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
+        "width_max": g.call("pcie.width_max", "nvmlDeviceGetMaxPcieLinkWidth"),
     }
 
-    d["compute_mode"] = decoders.compute_mode_name(g.call("compute_mode", nv.nvmlDeviceGetComputeMode))
+    d["compute_mode"] = decoders.compute_mode_name(g.call("compute_mode", "nvmlDeviceGetComputeMode"))
 
-    mig_current, mig_pending = _pair(g.call("mig.current", nv.nvmlDeviceGetMigMode))
+    mig_current, mig_pending = _pair(g.call("mig.current", "nvmlDeviceGetMigMode"))
     if "mig.current" in g.unsupported:
         g.unsupported["mig.pending"] = g.unsupported["mig.current"]
     d["mig"] = None if mig_current is None else {"current": mig_current, "pending": mig_pending}
@@ -282,15 +379,15 @@ def _read_gpu(nv, handle, index, fs):
     d["nvlink"] = _nvlink(g, nv)
     d["fabric"] = _fabric(g, nv)
     d["recovery_action"] = _recovery_action(g, nv)
-    d["vbios_version"] = _text(g.call("vbios_version", nv.nvmlDeviceGetVbiosVersion))
+    d["vbios_version"] = _text(g.call("vbios_version", "nvmlDeviceGetVbiosVersion"))
     g.first = _counters(g, nv)
     g.first_at = time.monotonic()
 
-    words = g.call("cpu_affinity", nv.nvmlDeviceGetCpuAffinity, CPU_SET_WORDS)
+    words = g.call("cpu_affinity", "nvmlDeviceGetCpuAffinity", CPU_SET_WORDS)
     d["cpu_affinity"] = decoders.cpus_to_cpulist(decoders.mask_words_to_cpus(words)) if words is not None else None
     d["numa_node"] = _numa_node(g, nv, fs, d["pci_bus_id"])
 
-    procs = g.call("processes", nv.nvmlDeviceGetComputeRunningProcesses)
+    procs = g.call("processes", "nvmlDeviceGetComputeRunningProcesses")
     d["processes"] = None if procs is None else [
         {"pid": int(p.pid), "used_memory_mib": _mib(p.usedGpuMemory)} for p in procs
     ]
@@ -336,7 +433,7 @@ def _counters(g, nv):
     out = {"pcie_replay": None, "nvlink": None}
     if g.lost:
         return out
-    replay = g.call("pcie.replay_count", nv.nvmlDeviceGetPcieReplayCounter)
+    replay = g.call("pcie.replay_count", "nvmlDeviceGetPcieReplayCounter")
     out["pcie_replay"] = None if replay is None else int(replay)
     links = g.links
     if links:
@@ -344,7 +441,7 @@ def _counters(g, nv):
         for name, counter in NVLINK_COUNTERS:
             total = 0
             for link in links:
-                value = g.call("nvlink.errors." + name, nv.nvmlDeviceGetNvLinkErrorCounter, link, counter)
+                value = g.call("nvlink.errors." + name, "nvmlDeviceGetNvLinkErrorCounter", link, counter)
                 if value is None:
                     total = None
                     break
@@ -354,22 +451,50 @@ def _counters(g, nv):
     return out
 
 
-def _fabric(g, nv):
-    """GPU fabric probe (Hopper and later on NVSwitch systems); None where NVML does not support it."""
-    import ctypes  # pynvml hands the structure to C as given: it must be a pointer
+class _FabricInfo(ctypes.Structure):
+    """nvmlGpuFabricInfo_t as nvml.h lays it out (the bindings before 12.570 give clusterUuid 80 bytes, not 16)."""
 
-    info = None
-    struct = getattr(nv, "c_nvmlGpuFabricInfoV_t", None)
-    if struct is not None:
-        info = struct()
-        if g.call("fabric", nv.nvmlDeviceGetGpuFabricInfoV, ctypes.byref(info)) is None:
+    _fields_ = [
+        ("clusterUuid", ctypes.c_ubyte * 16),  # NVML_GPU_FABRIC_UUID_LEN
+        ("status", ctypes.c_int),  # nvmlReturn_t
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_ubyte),  # nvmlGpuFabricState_t
+    ]
+
+
+class _FabricInfoV2(ctypes.Structure):
+    """nvmlGpuFabricInfo_v2_t (nvml.h): what nvmlDeviceGetGpuFabricInfoV fills when ``version`` says v2."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("clusterUuid", ctypes.c_ubyte * 16),
+        ("status", ctypes.c_int),
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_ubyte),
+        ("healthMask", ctypes.c_uint),
+    ]
+
+
+# NVML_STRUCT_VERSION(GpuFabricInfo, 2): the structure's size | 2 << 24 (nvml.h: nvmlGpuFabricInfo_v2 = 0x02000024).
+FABRIC_INFO_V2 = ctypes.sizeof(_FabricInfoV2) | (2 << 24)
+
+
+def _fabric(g, nv):
+    """GPU fabric probe (Hopper and later on NVSwitch systems); None where NVML does not support it.
+
+    The binding's function is called with this file's structures (pynvml hands a pointer to C as given)."""
+    info = _FabricInfoV2()
+    info.version = FABRIC_INFO_V2
+    if g.call("fabric", "nvmlDeviceGetGpuFabricInfoV", ctypes.byref(info)) is None:
+        info = None
+    if info is None and g.missing("fabric"):
+        # Drivers before the versioned call (and bindings without it) only have the plain one.
+        lacked = g.unsupported.pop("fabric")
+        info = _FabricInfo()
+        if g.call("fabric", "nvmlDeviceGetGpuFabricInfo", ctypes.byref(info)) is None:
             info = None
-    if info is None and g.unsupported.get("fabric", "FunctionNotFound") == "FunctionNotFound":
-        # Drivers before the versioned call (and pynvml without it) only have the plain one.
-        g.unsupported.pop("fabric", None)
-        info = nv.c_nvmlGpuFabricInfo_t()
-        if g.call("fabric", nv.nvmlDeviceGetGpuFabricInfo, ctypes.byref(info)) is None:
-            info = None
+            if g.missing("fabric") and lacked != g.unsupported["fabric"]:
+                g.unsupported["fabric"] = "%s; %s" % (lacked, g.unsupported["fabric"])
     if info is None:
         return None
     state = int(info.state) & 0xFF
@@ -399,26 +524,34 @@ def _return_name(nv, code):
         return "error %d" % code
 
 
-def _recovery_action(g, nv):
-    """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION through nvmlDeviceGetFieldValues; drivers without the field answer
-    NotSupported in its slot (None here)."""
-    values = g.call("recovery_action", nv.nvmlDeviceGetFieldValues, [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])
+def _field_uint(g, nv, field, field_id):
+    """One unsigned-int NVML field (nvmlDeviceGetFieldValues); None with the reason when the call or the field's
+    own slot fails (drivers without the field answer NotSupported in its slot)."""
+    values = g.call(field, "nvmlDeviceGetFieldValues", [field_id])
     if values is None:
         return None
     value = values[0]
-    if int(value.nvmlReturn) != 0:
-        g.unsupported["recovery_action"] = _return_name(nv, int(value.nvmlReturn))
+    if int(value.nvmlReturn) != NVML_SUCCESS:
+        g.unsupported[field] = _return_name(nv, int(value.nvmlReturn))
         return None
-    code = int(value.value.uiVal)
+    return int(value.value.uiVal)
+
+
+def _recovery_action(g, nv):
+    """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; a value nvml.h does not define is "unknown (N)"."""
+    code = _field_uint(g, nv, "recovery_action", NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
+    if code is None:
+        return None
     return RECOVERY_ACTIONS.get(code, "unknown (%d)" % code)
 
 
 def _clock_event_reasons(g, nv):
-    mask = g.call("clock_event_reasons", nv.nvmlDeviceGetCurrentClocksEventReasons)
-    if mask is None and g.unsupported.get("clock_event_reasons") == "FunctionNotFound":
-        # Drivers before 535 only have the deprecated "throttle reasons" name for the same bits.
+    mask = g.call("clock_event_reasons", "nvmlDeviceGetCurrentClocksEventReasons")
+    if mask is None and g.missing("clock_event_reasons"):
+        # Drivers before 535 (and bindings before 12.535) only have the deprecated "throttle reasons" name for the
+        # same bits.
         del g.unsupported["clock_event_reasons"]
-        mask = g.call("clock_event_reasons", nv.nvmlDeviceGetCurrentClocksThrottleReasons)
+        mask = g.call("clock_event_reasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
     if mask is None:
         return None
     names = decoders.decode_clock_event_reasons(mask)
@@ -430,16 +563,31 @@ def _clock_event_reasons(g, nv):
 
 
 def _nvlink(g, nv):
+    """Link states. The number of links is NVML's link-count field (NVML_FI_DEV_NVLINK_LINK_COUNT, as DCGM reads
+    it); only where that field is not supported are links 0..PROBE_NVLINK_LINKS-1 probed one by one, and the
+    result says so (``count_source``: "field" or "probe"; the field's reason stays in ``unsupported``)."""
+    count = _field_uint(g, nv, "nvlink.link_count", NVML_FI_DEV_NVLINK_LINK_COUNT)
+    if g.lost:
+        return None
+    if count == 0:
+        # The field answers: this GPU has no NVLink.
+        g.unsupported["nvlink"] = "NotSupported"
+        return None
+    source = "field" if count is not None else "probe"
     total = 0
     up = 0
     down = []
     g.links = []
     first_error = None
-    for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
+    state_fn = getattr(nv, "nvmlDeviceGetNvLinkState", None)
+    if state_fn is None:
+        g.unsupported["nvlink"] = binding_lacks("nvmlDeviceGetNvLinkState")
+        return None
+    for link in range(count if count is not None else PROBE_NVLINK_LINKS):
         if g.lost:
             return None
         try:
-            state = nv.nvmlDeviceGetNvLinkState(g.handle, link)
+            state = state_fn(g.handle, link)
         except nv.NVMLError as exc:
             reason = error_name(exc)
             if reason == "GpuIsLost":
@@ -452,17 +600,20 @@ def _nvlink(g, nv):
             continue
         total += 1
         g.links.append(link)
-        if int(state) == nv.NVML_FEATURE_ENABLED:
+        if int(state) == NVML_FEATURE_ENABLED:
             up += 1
         else:
             down.append(link)
     if total == 0:
         g.unsupported["nvlink"] = first_error or "NotSupported"
         return None
+    if count is not None and total < count:
+        # Links the field counts but whose state NVML did not give: unknown, neither up nor down.
+        g.unsupported["nvlink.state"] = "%s on %d of %d links" % (first_error, count - total, count)
     remote = _nvlink_remote(g, nv, [link for link in g.links if link not in down])
     if g.lost:
         return None
-    return {"up": up, "total": total, "down": down, "remote": remote}
+    return {"up": up, "total": total, "down": down, "remote": remote, "count_source": source}
 
 
 def _nvlink_remote(g, nv, links):
@@ -471,6 +622,8 @@ def _nvlink_remote(g, nv, links):
     FunctionNotFound or NoPermission: not asked again for the other links). The topology reader pairs GPUs with it."""
     fn = getattr(nv, "nvmlDeviceGetNvLinkRemotePciInfo", None)
     if fn is None:
+        if links:
+            g.unsupported["nvlink.remote"] = binding_lacks("nvmlDeviceGetNvLinkRemotePciInfo")
         return None
     out = {}
     for link in links:
@@ -484,7 +637,7 @@ def _nvlink_remote(g, nv, links):
             if not out and reason in ("NotSupported", "FunctionNotFound", "NoPermission"):
                 return None
             continue
-        except nv.NVMLLibraryMismatchError:
+        except _mismatch_error(nv):
             return None
         bus = _sysfs_bus_id(_text(info.busId))
         if bus:
@@ -494,8 +647,7 @@ def _nvlink_remote(g, nv, links):
 
 def _numa_node(g, nv, fs, pci_bus_id):
     """NVML's answer when it has one, else the kernel's view of the GPU's PCI device."""
-    fn = getattr(nv, "nvmlDeviceGetNumaNodeId", None)
-    node = g.call("numa_node", fn) if fn is not None else None
+    node = g.call("numa_node", "nvmlDeviceGetNumaNodeId")
     if node is not None:
         return int(node)
     bus = _sysfs_bus_id(pci_bus_id)
@@ -513,21 +665,29 @@ def read_driver(nv, fs):
     """Host-wide driver facts: driver, NVML and CUDA driver versions."""
     unsupported = {}
 
-    def sys_call(field, fn):
+    def sys_call(field, function):
+        fn = getattr(nv, function, None)
+        if fn is None:
+            unsupported[field] = binding_lacks(function)
+            return None
         try:
             return _text(fn())
         except nv.NVMLError as exc:
             unsupported[field] = error_name(exc)
+        except _mismatch_error(nv):
+            unsupported[field] = "FunctionNotFound"
         return None
 
-    cuda = sys_call("cuda_driver_version", nv.nvmlSystemGetCudaDriverVersion_v2)
+    cuda = sys_call("cuda_driver_version", "nvmlSystemGetCudaDriverVersion_v2")
     if cuda is None:
         # The _v2 call needs libcuda.so.1; the plain one only needs the driver.
-        unsupported.pop("cuda_driver_version", None)
-        cuda = sys_call("cuda_driver_version", nv.nvmlSystemGetCudaDriverVersion)
+        first = unsupported.pop("cuda_driver_version")
+        cuda = sys_call("cuda_driver_version", "nvmlSystemGetCudaDriverVersion")
+        if cuda is None and first.startswith(LACKS):
+            unsupported["cuda_driver_version"] = "%s; %s" % (first, unsupported["cuda_driver_version"])
     return {
-        "version": sys_call("version", nv.nvmlSystemGetDriverVersion),
-        "nvml_version": sys_call("nvml_version", nv.nvmlSystemGetNVMLVersion),
+        "version": sys_call("version", "nvmlSystemGetDriverVersion"),
+        "nvml_version": sys_call("nvml_version", "nvmlSystemGetNVMLVersion"),
         "cuda_driver_version": decoders.cuda_version_string(cuda) if cuda else None,
         "cuda_driver_version_int": int(cuda) if cuda else None,
         "unsupported": unsupported,

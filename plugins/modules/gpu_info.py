@@ -106,7 +106,32 @@ nvml:
     library:
       description: The C(nvml_library) option when given.
       type: str
-  sample: {available: true, source: pynvml, error: null, library: null}
+    binding:
+      description: >-
+        The Python NVML binding that read the GPUs (V(null) when pynvml was not used). A function the binding lacks
+        (older bindings than the driver) makes its field V(null) with the reason C(binding lacks <function>) in the
+        GPU's (or the driver's) C(unsupported) map; the fields are gathered here.
+      type: dict
+      contains:
+        module:
+          description: The file of the imported C(pynvml) module.
+          type: str
+        distribution:
+          description: >-
+            The installed distribution that owns it (V(nvidia-ml-py), V(nvidia-ml-py3), V(pynvml)); V(null) when
+            no installed distribution lists the file.
+          type: str
+        version:
+          description: That distribution's version (or the module's C(__version__)); V(null) when unknown.
+          type: str
+        lacks:
+          description: >-
+            C({field: [functions]}): every field that some GPU or the driver (C(driver.<field>)) could not read
+            because the binding has no function for it; empty when the binding has all gpufleet uses.
+          type: dict
+  sample: {available: true, source: pynvml, error: null, library: null,
+           binding: {module: /opt/gpufleet/venv/lib/python3.11/site-packages/pynvml.py, distribution: nvidia-ml-py,
+                     version: 12.570.172, lacks: {}}}
 driver:
   description: Versions of the NVIDIA software stack on the host.
   returned: always

@@ -46,6 +46,7 @@ nvmlDeviceSetComputeMode nvmlDeviceSetApplicationsClocks nvmlDeviceResetApplicat
 nvmlDeviceResetGpuLockedClocks nvmlDeviceSetEccMode nvmlDeviceSetMigMode
 nvmlDeviceGetNvLinkErrorCounter nvmlDeviceGetPcieReplayCounter nvmlDeviceGetVbiosVersion nvmlDeviceGetGpuFabricInfo
 nvmlDeviceGetGpuFabricInfoV nvmlDeviceGetFieldValues nvmlDeviceGetNvLinkRemotePciInfo_v2
+nvmlDeviceGetPciInfo_v2 nvmlDeviceGetComputeRunningProcesses
 """.split()
 
 # Code run at the top of every child: helpers around the unmodified pynvml.
@@ -352,9 +353,15 @@ out(r)
 
 # No getter of their own: locked clocks and "lost"; rates (seen as a counter's rise, test_health_getters_*), the
 # fabric clique id and health summary (read with fabric_state, asserted there).
-NO_GETTER = {"locked_clock_min", "locked_clock_max", "lost", "fabric_clique_id", "fabric_health_summary"} | {
-    k + "_per_s" for k in profiles.COUNTER_KEYS
-}
+# nvlink_count_field: read through nvmlDeviceGetFieldValues (test_nvml_reader.py), no getter of its own.
+NO_GETTER = {
+    "locked_clock_min",
+    "locked_clock_max",
+    "lost",
+    "fabric_clique_id",
+    "fabric_health_summary",
+    "nvlink_count_field",
+} | {k + "_per_s" for k in profiles.COUNTER_KEYS}
 
 
 def _normalize(key, value):
@@ -450,6 +457,19 @@ mem0 = N.nvmlDeviceGetSupportedMemoryClocks(h)[0]
 gr0 = N.nvmlDeviceGetSupportedGraphicsClocks(h, mem0)[0]
 st = ctypes.c_uint()
 
+
+def legacy(name, h, *args):  # a symbol only old bindings call (nvidia-ml-py3 7.352), through pynvml's table
+    N._nvmlCheckReturn(N._nvmlGetFunctionPointer(name)(h, *args))
+    return 0
+
+
+class PciInfoV2(ctypes.Structure):  # the shorter nvmlPciInfo_t that nvmlDeviceGetPciInfo_v2 callers allocate
+    _fields_ = [("busId", ctypes.c_char * 16), ("ids", ctypes.c_uint * 5), ("reserved", ctypes.c_uint * 4)]
+
+
+class ProcessInfoV1(ctypes.Structure):  # nvmlProcessInfo_v1_t
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
 CALLS = {
     "nvmlSystemGetDriverVersion": lambda h: N.nvmlSystemGetDriverVersion(),
     "nvmlSystemGetNVMLVersion": lambda h: N.nvmlSystemGetNVMLVersion(),
@@ -501,6 +521,10 @@ CALLS = {
     "nvmlDeviceGetNumaNodeId": lambda h: N.nvmlDeviceGetNumaNodeId(h),
     "nvmlDeviceGetComputeRunningProcesses_v3": lambda h: len(N.nvmlDeviceGetComputeRunningProcesses_v3(h)),
     "nvmlDeviceGetComputeRunningProcesses_v2": lambda h: len(N.nvmlDeviceGetComputeRunningProcesses_v2(h)),
+    "nvmlDeviceGetComputeRunningProcesses": lambda h: legacy(
+        "nvmlDeviceGetComputeRunningProcesses", h, ctypes.byref(ctypes.c_uint(4)), (ProcessInfoV1 * 4)()
+    ),
+    "nvmlDeviceGetPciInfo_v2": lambda h: legacy("nvmlDeviceGetPciInfo_v2", h, ctypes.byref(PciInfoV2())),
     "nvmlDeviceGetNvLinkErrorCounter": lambda h: N.nvmlDeviceGetNvLinkErrorCounter(h, 0, 0),
     "nvmlDeviceGetPcieReplayCounter": lambda h: N.nvmlDeviceGetPcieReplayCounter(h),
     "nvmlDeviceGetVbiosVersion": lambda h: N.nvmlDeviceGetVbiosVersion(h),

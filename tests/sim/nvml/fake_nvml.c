@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -868,12 +869,15 @@ nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int
     return dev_str(__func__, device, "serial", serial, length);
 }
 
-nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+/* Fills the first `size` bytes of *out: the whole nvmlPciInfo_t for _v3; for _v2 the older, shorter layout
+ * (busId[16] = today's busIdLegacy, the five ids, then four reserved words, zero), which old callers allocate. */
+static nvmlReturn_t pci_info(const char *fname, nvmlDevice_t device, void *out, size_t size)
 {
+    nvmlPciInfo_t full, *pci = &full;
     struct call c;
     unsigned int dom, bus, dev, fn, did = 0, sid = 0;
-    nvmlReturn_t r = enter_dev(&c, __func__, device, F_NONE);
-    if (r == NVML_SUCCESS && !pci)
+    nvmlReturn_t r = enter_dev(&c, fname, device, F_NONE);
+    if (r == NVML_SUCCESS && !out)
         r = NVML_ERROR_INVALID_ARGUMENT;
     if (r == NVML_SUCCESS) {
         const char *v = get(&c, "pci_bus_id");
@@ -898,8 +902,22 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
         pci->device = dev;
         pci->pciDeviceId = did;
         pci->pciSubSystemId = sid;
+        memset(out, 0, size);
+        memcpy(out, pci, size < sizeof(full) ? size : sizeof(full));
     }
     return leave(&c, r);
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    return pci_info(__func__, device, pci, sizeof(*pci));
+}
+
+/* The _v2 symbol stays in NVML's library for old callers (nvidia-ml-py3 7.352 binds it); same structure. */
+nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    /* busId[16] + domain, bus, device, pciDeviceId, pciSubSystemId + reserved0..3 */
+    return pci_info(__func__, device, pci, offsetof(nvmlPciInfo_t, busId) + 4 * sizeof(unsigned int));
 }
 
 nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t *arch)
@@ -1497,8 +1515,10 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV
     return leave(&c, r);
 }
 
-/* Field values: only NVML_FI_DEV_GET_GPU_RECOVERY_ACTION ("recovery_action") is simulated; every other
- * field comes back with nvmlReturn NotSupported in its own slot, as NVML does for fields a GPU lacks. */
+/* Field values: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION ("recovery_action") and NVML_FI_DEV_NVLINK_LINK_COUNT
+ * ("nvlink_count"; "nvlink_count_field" overrides what the field says, an error name makes the slot fail) are
+ * simulated; every other field comes back with nvmlReturn NotSupported in its own slot, as NVML does for fields a
+ * GPU lacks. */
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
 {
     struct call c;
@@ -1517,6 +1537,13 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvml
         memset(&f->value, 0, sizeof(f->value));
         if (f->fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
             f->nvmlReturn = get_uint(&c, "recovery_action", &v);
+            f->value.uiVal = v;
+        } else if (f->fieldId == NVML_FI_DEV_NVLINK_LINK_COUNT) {
+            const char *o = get(&c, "nvlink_count_field");
+            if (o && *o && (*o < '0' || *o > '9'))
+                f->nvmlReturn = parse_error(o);
+            else
+                f->nvmlReturn = get_uint(&c, o && *o ? "nvlink_count_field" : "nvlink_count", &v);
             f->value.uiVal = v;
         } else {
             f->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
@@ -1579,7 +1606,8 @@ nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)
     return dev_uint(__func__, device, "numa_node", node);
 }
 
-static nvmlReturn_t processes(const char *fn, nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
+static nvmlReturn_t processes(const char *fn, nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos,
+                              nvmlProcessInfo_v1_t *infos_v1)
 {
     struct call c;
     const char *s;
@@ -1621,7 +1649,10 @@ static nvmlReturn_t processes(const char *fn, nvmlDevice_t device, unsigned int 
                     r = NVML_ERROR_UNKNOWN;
                     break;
                 }
-                if (pass == 1) {
+                if (pass == 1 && infos_v1) {
+                    infos_v1[n].pid = (unsigned int)pid;
+                    infos_v1[n].usedGpuMemory = used;
+                } else if (pass == 1) {
                     infos[n].pid = (unsigned int)pid;
                     infos[n].usedGpuMemory = used;
                     infos[n].gpuInstanceId = 0xFFFFFFFFu;
@@ -1633,7 +1664,7 @@ static nvmlReturn_t processes(const char *fn, nvmlDevice_t device, unsigned int 
                 if (*infoCount < n) {
                     *infoCount = n;
                     r = NVML_ERROR_INSUFFICIENT_SIZE;
-                } else if (n > 0 && !infos) {
+                } else if (n > 0 && !infos && !infos_v1) {
                     r = NVML_ERROR_INVALID_ARGUMENT;
                 } else if (n == 0) {
                     break;
@@ -1649,13 +1680,20 @@ static nvmlReturn_t processes(const char *fn, nvmlDevice_t device, unsigned int 
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                      nvmlProcessInfo_t *infos)
 {
-    return processes(__func__, device, infoCount, infos);
+    return processes(__func__, device, infoCount, infos, NULL);
 }
 
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
                                                      nvmlProcessInfo_v2_t *infos)
 {
-    return processes(__func__, device, infoCount, infos);
+    return processes(__func__, device, infoCount, infos, NULL);
+}
+
+/* The unversioned (v1) symbol stays in NVML's library for old callers (nvidia-ml-py before 11.495 binds it). */
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                  nvmlProcessInfo_v1_t *infos)
+{
+    return processes(__func__, device, infoCount, NULL, infos);
 }
 
 /* ------------------------------------------------------------------------------------------------ */

@@ -90,7 +90,8 @@ GPU_KEYS = (
     "clocks_event_reasons",
     "temperature", "temp_slowdown", "temp_shutdown", "temp_gpu_max", "temp_mem_max",
     "pcie_gen_current", "pcie_width_current", "pcie_gen_max", "pcie_width_max",
-    "compute_mode", "mig_current", "mig_pending", "nvlink_count", "nvlink_down", "nvlink_remote",
+    "compute_mode", "mig_current", "mig_pending", "nvlink_count", "nvlink_count_field", "nvlink_down",
+    "nvlink_remote",
     *(k + rate for k in COUNTER_KEYS for rate in ("", "_per_s")),
     "fabric_state", "fabric_status", "fabric_clique_id", "fabric_health_mask", "fabric_health_summary",
     "recovery_action", "vbios_version",
@@ -330,6 +331,8 @@ def _check_value(key: str, value: str) -> None:
             raise ValueError(f"{key}: unknown error {value!r} (use one of {', '.join(ERROR_CODES)} or a number)")
         return
     base = key.rsplit(".", 1)[-1] if key.startswith("gpu.") else key
+    if base == "nvlink_count_field" and value in ERROR_CODES:
+        return  # the link-count field's slot fails with this error
     if base == "fabric_status":  # an NVML return code: 0 (success), a number or an error name
         if value not in ERROR_CODES and not value.isdigit():
             raise ValueError(f"{key}: unknown status {value!r} (use 0, a number or one of {', '.join(ERROR_CODES)})")
