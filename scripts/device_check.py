@@ -323,7 +323,7 @@ def bus_key(bus_id: str | None) -> str:
     """"00000000:18:00.0" / "0000:18:00.0" -> "0000:18:00.0" (the key GPUs are matched by)."""
     text = (bus_id or "").strip().lower()
     domain, sep, rest = text.partition(":")
-    return "{}:{}".format(domain[-4:].rjust(4, "0"), rest) if sep else text
+    return f"{domain[-4:].rjust(4, '0')}:{rest}" if sep else text
 
 
 def parse_smi_xml(text: str) -> dict[str, Any]:
@@ -470,7 +470,7 @@ def compare_gpus(facts: dict[str, Any], smi: list[dict[str, Any]]) -> list[dict[
     for key in sorted(set(gpus) | set(first["gpus"])):
         ours = gpus.get(key)
         theirs = [s["gpus"].get(key) for s in smi]
-        scope = "GPU {} {}".format(ours.get("index") if ours else "?", key)
+        scope = f"GPU {ours.get('index') if ours else '?'} {key}"
         if ours is None or any(t is None for t in theirs):
             rows.append({"scope": scope, "field": "present", "gpufleet": show(ours is not None),
                          "nvidia_smi": show(all(t is not None for t in theirs)), "status": MISMATCH,
@@ -546,8 +546,8 @@ def compare_topology(topology: dict[str, Any], topo: dict[str, Any], gpus: list[
         rows.append({"scope": "topology", "field": "row " + label, "gpufleet": " ".join(ours),
                      "nvidia_smi": " ".join(theirs), "status": MATCH if ours == theirs else MISMATCH,
                      "kind": "strict"})  # fmt: skip
-    by_index = {"GPU{}".format(g.get("index")): g for g in topology.get("gpus") or []}
-    info = {"GPU{}".format(g.get("index")): g for g in gpus or []}
+    by_index = {f"GPU{g.get('index')}": g for g in topology.get("gpus") or []}
+    info = {f"GPU{g.get('index')}": g for g in gpus or []}
     for name, extra in topo["affinity"].items():
         if not name.startswith("GPU"):
             continue
@@ -586,6 +586,11 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _line(*cells: Any) -> str:
+    """One markdown table row; a value's own | and newlines cannot break the table."""
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
 def render_markdown(rows: list[dict[str, Any]], timings: list[dict[str, Any]], steps: list[dict[str, Any]],
                     title: str) -> str:  # fmt: skip
     counts = summarize(rows)
@@ -595,18 +600,15 @@ def render_markdown(rows: list[dict[str, Any]], timings: list[dict[str, Any]], s
                "nvidia-smi).")
     if steps:
         out += ["", "## Steps", "", "| step | result | seconds | detail |", "|---|---|---|---|"]
-        for s in steps:
-            out.append("| {} | {} | {} | {} |".format(_cell(s["step"]), "ok" if s["ok"] else "FAILED",
-                                                  s.get("seconds", ""), _cell(s.get("detail", ""))))  # fmt: skip
+        for st in steps:
+            out.append(_line(st["step"], "ok" if st["ok"] else "FAILED", st.get("seconds", ""), st.get("detail", "")))
     if timings:
         out += ["", "## Time to read the same GPUs", "", "| reader | median s | runs (s) |", "|---|---|---|"]
         for t in timings:
-            out.append("| {} | {:.3f} | {} |".format(_cell(t["reader"]), t["median_s"],
-                                               ", ".join(f"{x:.3f}" for x in t["runs_s"])))  # fmt: skip
+            out.append(_line(t["reader"], f"{t['median_s']:.3f}", ", ".join(f"{x:.3f}" for x in t["runs_s"])))
     out += ["", "## Fields", "", "| scope | field | gpufleet | nvidia-smi | match |", "|---|---|---|---|---|"]
     for r in rows:
-        out.append("| {} | {} | {} | {} | {} |".format(*tuple(_cell(r[k]) for k in ("scope", "field", "gpufleet",
-                                                                               "nvidia_smi", "status"))))
+        out.append(_line(r["scope"], r["field"], r["gpufleet"], r["nvidia_smi"], r["status"]))
     return "\n".join(out) + "\n"
 
 
@@ -614,10 +616,15 @@ def render_markdown(rows: list[dict[str, Any]], timings: list[dict[str, Any]], s
 # the run on a GPU host (not used by the unit tests)
 
 
-def _run(argv: list[str], timeout: float = 240, env: dict[str, str] | None = None) -> tuple[int, str, str, float]:
+def _run(argv: list[str], timeout: float = 60) -> tuple[int, str, str, float]:
+    """(exit status, stdout, stderr, seconds); 124 when it ran past ``timeout`` (the check must end in minutes)."""
     started = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,  # nosec B603  # argv
-                          env=env)  # fmt: skip
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)  # nosec B603  # argv
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{argv[0]}: no answer after {timeout} s", round(time.monotonic() - started, 3)
+    except OSError as exc:
+        return 127, "", f"{argv[0]}: {exc}", round(time.monotonic() - started, 3)
     return proc.returncode, proc.stdout, proc.stderr, round(time.monotonic() - started, 3)
 
 
@@ -668,9 +675,15 @@ def run_check(args: argparse.Namespace) -> int:
 
     def smi_xml(label: str) -> dict[str, Any] | None:
         rc, text, err, secs = _run([smi, "-q", "-x"])
-        (out / (f"nvidia-smi-q-x-{label}.xml")).write_text(text)
-        step(f"nvidia-smi -q -x ({label})", rc == 0, secs, err.strip()[:200])
-        return parse_smi_xml(text) if rc == 0 else None
+        (out / f"nvidia-smi-q-x-{label}.xml").write_text(text)
+        parsed, detail = None, err.strip()[:200]
+        if rc == 0:
+            try:
+                parsed = parse_smi_xml(text)
+            except (ET.ParseError, ValueError) as exc:
+                detail = f"cannot parse: {exc}"
+        step(f"nvidia-smi -q -x ({label})", parsed is not None, secs, detail)
+        return parsed
 
     before = smi_xml("before")
     if before is None or not before["gpus"]:
@@ -707,16 +720,19 @@ def run_check(args: argparse.Namespace) -> int:
     from ansible_collections.gpufleet.tuning.plugins.module_utils import nvml
     from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
-    nv = nvml.load_pynvml()
-    timings.append({"reader": f"gpufleet nvml.collect (gpu_info's NVML facts, {len(before['gpus'])} GPUs)",
-                    "runs_s": _median_runs(lambda: nvml.collect(nv, HostFS("/"), sample_seconds=0), args.repeat)})
+    try:
+        nv = nvml.load_pynvml()
+        timings.append({"reader": f"gpufleet nvml.collect (gpu_info's NVML facts, {len(before['gpus'])} GPUs)",
+                        "runs_s": _median_runs(lambda: nvml.collect(nv, HostFS("/"), sample_seconds=0), args.repeat)})
+    except (ImportError, OSError, nvml.NvmlUnavailable) as exc:
+        step("time NVML facts", False, "", f"{type(exc).__name__}: {exc}")
     for label, argv in (("nvidia-smi -q", [smi, "-q"]), ("nvidia-smi -q -x", [smi, "-q", "-x"])):
         timings.append({"reader": label, "runs_s": _median_runs(lambda a=argv: _run(a), args.repeat)})
     for t in timings:
         t["median_s"] = statistics.median(t["runs_s"])
 
     gpufleet = str(Path(sys.executable).parent / "gpufleet")
-    rc, text, err, secs = _run([gpufleet, "audit", "-i", inventory, "--out", str(out / "audit")])
+    rc, text, err, secs = _run([gpufleet, "audit", "-i", inventory, "--out", str(out / "audit")], timeout=240)
     report = out / "audit" / "latest" / "report.json"
     audit = json.loads(report.read_text()) if report.is_file() else {}
     audit_host = (audit.get("hosts") or {}).get("localhost") or {}
@@ -726,7 +742,8 @@ def run_check(args: argparse.Namespace) -> int:
     rows.append(_row("audit", "audit GPU UUIDs", "strict", 0, sorted(str(g.get("uuid")) for g in audit_gpus),
                      [sorted(str(g.get("uuid")) for g in before["gpus"].values())]))  # fmt: skip
 
-    rc, text, err, secs = _run([gpufleet, "topology", "-i", inventory, "--json", str(out / "topology.json")])
+    rc, text, err, secs = _run([gpufleet, "topology", "-i", inventory, "--json", str(out / "topology.json")],
+                               timeout=240)
     (out / "topology.txt").write_text(text)
     topo_hosts = json.loads((out / "topology.json").read_text()) if (out / "topology.json").is_file() else {}
     topology = (topo_hosts.get("localhost") or {}).get("topology") or {}
@@ -752,7 +769,7 @@ def run_check(args: argparse.Namespace) -> int:
     checker = out / "gpufleet-watch"
     checker.write_bytes(data)
     checker.chmod(0o755)
-    rc, text, err, secs = _run([str(checker), "--config", str(_watch_config(out)), "--print"])
+    rc, text, err, secs = _run([str(checker), "--config", str(_watch_config(out)), "--print"], timeout=240)
     (out / "watch-print.prom").write_text(text)
     complete = re.search(r"^gpufleet_audit_complete\s+1\s*$", text, re.MULTILINE) is not None
     step("watch checker --print", rc == 0 and complete, secs, f"exit {rc}, audit_complete {complete}")

@@ -317,3 +317,28 @@ def test_topology_difference_is_a_mismatch_of_that_row(tmp_path):
     rows = dc().compare_topology(facts, dc().parse_topo(topo_text(edit)))
     bad = sorted((r["scope"], r["field"]) for r in rows if r["status"] == dc().MISMATCH)
     assert bad == [("GPU7", "topology local_cpus"), ("topology", "row GPU3")]
+
+
+def test_numa_affinity_na_and_numbers():
+    # A single-GPU VM as nvidia-smi r535+ prints it: an empty cell before GPU NUMA ID.
+    text = "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \t0-15\t{numa}\t\tN/A\n"
+    facts = {"matrix": {"GPU0": {"GPU0": "X"}}, "gpus": [{"index": 0, "local_cpus": "0-15", "numa_node": None}]}
+    rows = dc().compare_topology(facts, dc().parse_topo(text.format(numa="N/A")))
+    assert {r["field"]: r["status"] for r in rows} == {"row GPU0": "match", "topology local_cpus": "match",
+                                                       "topology numa_node": "match"}  # fmt: skip
+    # nvidia-smi knows the node where gpufleet does not (issue 25 point 5: numa_node -1 on a one-node host).
+    rows = dc().compare_topology(facts, dc().parse_topo(text.format(numa="0")))
+    bad = [(r["field"], r["gpufleet"], r["nvidia_smi"]) for r in rows if r["status"] == dc().MISMATCH]
+    assert bad == [("topology numa_node", "n/a", "0")]
+
+
+def test_compare_mode_of_the_script(tmp_path, capsys):
+    parsed = dc().parse_smi_xml(xml("tesla-t4.xml"))
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps(facts_from(parsed)))
+    assert dc().main(["--compare", str(same), str(XML / "tesla-t4.xml")]) == 0
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(facts_from(parsed, **{"vbios_version": "90.04.84.00.07 | x"})))
+    assert dc().main(["--compare", str(other), str(XML / "tesla-t4.xml")]) == 1
+    out = capsys.readouterr().out
+    assert "| vbios_version | 90.04.84.00.07 \\| X | 90.04.84.00.06 | MISMATCH |" in out
