@@ -1,6 +1,6 @@
 """The device check's parsing and comparison (scripts/device_check.py), fed recorded public outputs.
 
-- ``nvidia-smi -q -x`` of three real GPUs from three driver generations (tests/fixtures/nvidia-smi-xml/, origins in
+- ``nvidia-smi -q -x`` of four real GPUs from four driver generations (tests/fixtures/nvidia-smi-xml/, origins in
   its README): the parser's values are checked against the values read by hand in each file.
 - The real ``gpu_info`` module, run as its own process over the simulated libnvidia-ml.so.1 with a state set to
   what the recorded A100 output shows, compared with that output: every strict field matches; a power limit or a
@@ -87,6 +87,22 @@ def test_t4_515_older_schema():
     assert g["memory.used_mib"] == 1032 + 388
     assert g["clock_event_reasons.active"] == []  # <clocks_throttle_reasons>, all "Not Active"
     assert "fabric.state" not in g  # no <fabric> element before r525
+
+
+def test_p100_510_pascal_single_double_bit_counters():
+    parsed = dc().parse_smi_xml(xml("tesla-p100.xml"))
+    assert (parsed["driver_version"], parsed["cuda_version"]) == ("510.47.03", "11.6")
+    g = only_gpu(parsed)
+    assert g["name"] == "Tesla P100-PCIE-16GB" and g["vbios_version"] == "86.00.52.00.02"
+    # Before r525 the ECC counters are per location under single_bit/double_bit, each with a <total>; the aggregate
+    # single-bit total of this GPU is 3 (device memory).
+    assert (g["ecc.volatile_corrected"], g["ecc.volatile_uncorrected"]) == (0, 0)
+    assert (g["ecc.aggregate_corrected"], g["ecc.aggregate_uncorrected"]) == (3, 0)
+    assert (g["retired_pages.single_bit"], g["retired_pages.pending"]) == (0, False)
+    assert g["temperature.gpu_max"] is None and (g["temperature.shutdown"], g["temperature.slowdown"]) == (85, 82)
+    assert g["clock_event_reasons.active"] == ["gpu_idle"]
+    assert (g["power.limit_w"], g["power.min_limit_w"], g["clocks.app_graphics"]) == (250.0, 125.0, 1189)
+    assert g["memory.used_mib"] == 0 + 103
 
 
 def test_rtx3080_595_newest_schema():
