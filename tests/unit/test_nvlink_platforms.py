@@ -298,3 +298,14 @@ def test_imex_started_per_job():
     # A running per-job daemon's node list is still judged.
     finding = _evaluate(_imex(gb200_tray(healthy()), local_addresses=["10.200.0.7"]), per_job)["SW-IMEX-001"]
     assert finding["status"] == "fail" and "does not list this host" in finding["message"]
+
+
+def test_fabric_services_run_from_a_container():
+    # The GPU operator's driver container runs nv-fabricmanager and nvlsm: running processes, no host package.
+    facts = hgx_b200(healthy())
+    facts["gpu"]["driver"].update(fabricmanager_version=None, fabricmanager_running=True, nvlsm_installed=False,
+                                  nvlsm_running=True)
+    finding = _evaluate(facts)["SW-FM-001"]
+    assert finding["status"] == "pass" and "version is not known" in finding["message"], finding
+    facts["gpu"]["driver"]["nvlsm_running"] = False
+    assert "NVLSM (package nvlsm)" in _evaluate(facts)["SW-FM-001"]["message"]

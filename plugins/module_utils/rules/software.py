@@ -231,13 +231,14 @@ def check_fabricmanager(facts, pol):
             )
         return result("pass", observed, expected, "no NVSwitch on the PCI bus: fabric manager not needed")
     problems = []
-    if not fm:
+    if not fm and not running:
         problems.append("nvidia-fabricmanager is not installed")
-    elif user and fm != user:
+    elif fm and user and fm != user:
         problems.append("fabric manager %s does not match driver %s (it refuses to start)" % (fm, user))
     if fm and running is False:
         problems.append("nv-fabricmanager is not running")
-    if platform["nvlsm_needed"]:
+    if platform["nvlsm_needed"] and not drv.get("nvlsm_running"):
+        # Running counts whatever installed it (the GPU operator's driver container runs both without a host package).
         if drv.get("nvlsm_installed") is False:
             problems.append("NVLSM (package nvlsm), which fabric manager needs here, is not installed")
         elif drv.get("nvlsm_running") is False:
@@ -255,7 +256,8 @@ def check_fabricmanager(facts, pol):
         "pass",
         observed,
         expected,
-        "%s: fabric manager %s runs%s" % (platform["evidence"], fm, " with NVLSM" if platform["nvlsm_needed"] else ""),
+        "%s: fabric manager %s runs%s" % (platform["evidence"], fm or "(not installed on the host: its version is "
+                                          "not known)", " with NVLSM" if platform["nvlsm_needed"] else ""),
     )
 
 
