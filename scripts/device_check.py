@@ -43,6 +43,7 @@ GPU_INFO_ACTION = "gpufleet.tuning.gpu_info"
 PROBE_ACTION = "gpufleet.tuning.gpu_probe"
 
 MATCH, MISMATCH, LIVE, SKIP = "match", "MISMATCH", "live", "skip"
+TIME_BUDGET_S = 300  # the whole check, venv set up before it not counted
 
 # nvidia-smi's words for "no value" (its N/A forms, an unsupported or deprecated query, an error in brackets).
 _NA = re.compile(
@@ -660,6 +661,7 @@ def _watch_config(out: Path) -> Path:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    begun = time.monotonic()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     smi = shutil.which("nvidia-smi")
@@ -774,6 +776,8 @@ def run_check(args: argparse.Namespace) -> int:
     complete = re.search(r"^gpufleet_audit_complete\s+1\s*$", text, re.MULTILINE) is not None
     step("watch checker --print", rc == 0 and complete, secs, f"exit {rc}, audit_complete {complete}")
 
+    total = round(time.monotonic() - begun, 1)
+    step("whole check", total <= TIME_BUDGET_S, total, f"budget {TIME_BUDGET_S} s (issue 25: under 5 minutes)")
     gpu_name = next(iter(before["gpus"].values())).get("name") or "GPU"
     title = f"gpufleet device check: {len(before['gpus'])} x {gpu_name}, driver {before['driver_version']}"
     text = render_markdown(rows, timings, steps, title)

@@ -66,7 +66,7 @@ def test_device_check_runs_every_step_and_reports_the_difference(sim_lib, tmp_pa
     table = json.loads((out / "table.json").read_text())
     assert [s["step"] for s in table["steps"] if not s["ok"]] == [], table["steps"]
     assert {s["step"] for s in table["steps"]} >= {"gpu_info (Ansible)", "gpufleet audit", "gpufleet topology",
-                                                   "gpufleet probe", "watch checker --print"}  # fmt: skip
+                                                   "gpufleet probe", "watch checker --print", "whole check"}
     bad = {r["field"]: (r["gpufleet"], r["nvidia_smi"]) for r in table["rows"] if r["status"] == "MISMATCH"}
     assert bad == {"power.limit_w": ("450", "500"), "power.enforced_limit_w": ("450", "500")}
     fields = {r["field"] for r in table["rows"] if r["status"] == "match"}
