@@ -12,7 +12,8 @@
   cudaErrorSystemNotReady. Recognised by those bridge functions; by the GPUs' PCI device ids (B200, B100) only when
   the host's Mellanox VPDs could not be read (an audit without root), since a virtual machine given B200s without the
   bridge (shared NVSwitch virtualization: fabric manager runs in the service VM) must not be asked for it.
-* ``multinode``: a Grace compute tray of a multi-node NVLink domain (GB200/GB300 NVL72, GH200 NVL32): its GPUs
+* ``multinode``: a Grace compute tray of a multi-node NVLink domain (GB200/GB300 NVL72, GH200 NVL32; recognised by
+  the GPUs' names or PCI ids, else by Hopper/Blackwell GPUs beside an Arm Neoverse V2, the Grace CPU): its GPUs
   report an NVLink fabric, but the NVSwitches sit in the rack's NVLink switch trays, managed there (NMX). The tray
   runs IMEX, the service that maps GPU memory between the domain's nodes (MNNVL user guide; IMEX user guide). A
   Grace superchip whose GPUs report no fabric (GH200 on its own, GB200 NVL4) is a single node: ``none``.
@@ -58,6 +59,16 @@ def _gpu_models(facts, ids, names):
     return by_name if len(by_name) >= len(by_id) else by_id
 
 
+def _grace_by_architecture(facts):
+    """Hopper or Blackwell GPUs beside an NVIDIA Grace CPU (Arm Neoverse V2, host_info's cpu.model): a Grace superchip
+    whose GPU name and PCI id are not in the tables (a newer part), as "Grace-<architecture>" per GPU."""
+    model = str(((facts.get("host") or {}).get("cpu") or {}).get("model") or "")
+    if "Neoverse-V2" not in model:
+        return []
+    return ["Grace-%s" % g["architecture"] for g in (facts.get("gpu") or {}).get("gpus") or []
+            if g.get("architecture") in ("hopper", "blackwell")]
+
+
 def classify(facts):
     """{kind, evidence, fabricmanager_needed, nvlsm_needed, imex_needed} (see the module's docstring), or None."""
     gpu = facts.get("gpu") or {}
@@ -66,7 +77,7 @@ def classify(facts):
     switches = pci.get("nvswitches") or []
     bridges = pci.get("nvswitch_bridges") or []
     fabric_gpus = [g for g in gpu.get("gpus") or [] if g.get("fabric")]
-    grace = _gpu_models(facts, GRACE_SUPERCHIP_IDS, _GRACE_NAME)
+    grace = _gpu_models(facts, GRACE_SUPERCHIP_IDS, _GRACE_NAME) or _grace_by_architecture(facts)
     hgx = _gpu_models(facts, BLACKWELL_HGX_IDS, _BLACKWELL_HGX_NAME)
     if switches:
         kind, evidence = "nvswitch", "%d NVSwitch(es) on the PCI bus (class 0x0680)" % len(switches)

@@ -309,3 +309,16 @@ def test_fabric_services_run_from_a_container():
     assert finding["status"] == "pass" and "version is not known" in finding["message"], finding
     facts["gpu"]["driver"]["nvlsm_running"] = False
     assert "NVLSM (package nvlsm)" in _evaluate(facts)["SW-FM-001"]["message"]
+
+
+def test_a_grace_tray_whose_gpu_name_is_not_in_the_tables():
+    # A newer Grace superchip: unknown name and PCI id, Blackwell GPUs in an NVLink fabric beside a Neoverse V2.
+    facts = gb200_tray(healthy())
+    for g in facts["gpu"]["gpus"]:
+        g["name"] = "NVIDIA GB900"
+    for p in facts["gpu"]["pci"]["gpus"]:
+        p["device"] = "0x3fff"
+    assert nvlink_platform.classify(facts)["kind"] == "none"  # an x86 host: not a Grace tray
+    facts["host"]["cpu"]["model"] = "ARM Neoverse-V2"
+    platform = nvlink_platform.classify(facts)
+    assert platform["kind"] == "multinode" and "Grace-blackwell" in platform["evidence"]
