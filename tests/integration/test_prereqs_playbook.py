@@ -41,7 +41,7 @@ def wheel(tmp_path_factory):
             "--only-binary=:all:",
             "--dest",
             str(dest),
-            "nvidia-ml-py>=12.535",
+            "nvidia-ml-py>=12.550",
         ],
         capture_output=True,
         text=True,

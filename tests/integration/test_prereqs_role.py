@@ -4,10 +4,12 @@ controller fetched, switches the play's interpreter, and changes nothing on the 
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import labkit
 import pytest
+import yaml
 
 pytestmark = pytest.mark.integration
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -86,3 +88,85 @@ def test_prereqs_check_mode_is_a_promise(system_python_without_pynvml, tmp_path)
         return [{k: v for k, v in (p or {}).items() if not k.endswith("_header")} for p in parts]
 
     assert [without_headers(d) for _, d in done] == [without_headers(d) for _, d in predicted]
+
+
+# --- issue 25 §1: never a binding older than the one full facts need -------------------------------------------------
+BINDING_WHEELS = Path(__file__).resolve().parents[2] / "build" / "wheels" / "nvml-bindings"
+
+
+def _binding_wheel(pattern: str) -> Path:
+    """A cached binding wheel (`make bindings`; fetched here when the cache is missing)."""
+    found = sorted(BINDING_WHEELS.glob(pattern))
+    if not found:
+        repo = BINDING_WHEELS.parents[2]
+        subprocess.run([str(repo / "scripts/fetch-nvml-bindings.sh"), sys.executable, str(BINDING_WHEELS)], check=True)
+        found = sorted(BINDING_WHEELS.glob(pattern))
+    assert found, pattern
+    return found[-1]
+
+
+@pytest.fixture(scope="module")
+def old_binding_python(tmp_path_factory) -> Path:
+    """A host Python that already imports an old binding: nvidia-ml-py3 7.352.0, the code of Ubuntu 22.04's
+    python3-pynvml (packages.ubuntu.com/jammy/python3-pynvml), installed offline from the binding cache."""
+    _binding_wheel("nvidia_ml_py3-7.352.0-*.whl")
+    host = tmp_path_factory.mktemp("old-binding") / "python"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(host)], check=True)
+    pip = [sys.executable, "-m", "pip", "--python", str(host / "bin/python"), "install", "--quiet", "--no-index"]
+    subprocess.run([*pip, "--find-links", str(BINDING_WHEELS), "nvidia-ml-py3==7.352.0"], check=True)
+    return host / "bin" / "python"
+
+
+def _probe(python: Path) -> str:
+    role_files = Path(__file__).resolve().parents[2] / "roles/prereqs/files/nvml_binding_probe.py"
+    return subprocess.run([str(python), str(role_files)], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_host_with_an_old_binding_gets_the_venv(old_binding_python, tmp_path):
+    """Today's role saw `import pynvml` succeed and installed nothing: the audit then ran on 7.352, without row
+    remapping, MIG, NVLink, fabric or NUMA facts. Now the old binding stays where it is and gpufleet gets the venv."""
+    assert _probe(old_binding_python) == "nvidia-ml-py3 7.352.0"
+    wheel = _binding_wheel("nvidia_ml_py-13.*.whl")
+    host = labkit.local_host(
+        old_binding_python,
+        prereqs_python=str(old_binding_python),
+        prereqs_venv=str(tmp_path / "venv"),
+        prereqs_controller_cache=str(tmp_path / "cache"),
+        prereqs_wheel=str(wheel),
+    )
+    inventory = labkit.write_inventory(tmp_path, {"t1": host})
+    (tmp_path / "play.yml").write_text(PLAY)
+    first, changed = _run(tmp_path / "play.yml", inventory)
+    assert first.hosts["t1"].status == "ok", first.hosts["t1"].message
+    assert "Create the gpufleet venv" in [task for task, _ in changed]
+    binding = first.hosts["t1"].results["Read GPUs"]["nvml"]["binding"]
+    assert (binding["distribution"], binding["version"]) == ("nvidia-ml-py", wheel.name.split("-")[1])
+    assert binding["module"].startswith(str(tmp_path / "venv"))
+    assert _probe(old_binding_python) == "nvidia-ml-py3 7.352.0"  # the host's own binding is left alone
+    second, changed = _run(tmp_path / "play.yml", inventory)
+    assert second.hosts["t1"].status == "ok" and changed == []
+
+
+def test_an_old_wheel_is_refused_before_anything_is_installed(system_python_without_pynvml, tmp_path):
+    old = _binding_wheel("nvidia_ml_py-11.495.46-*.whl")
+    host = labkit.local_host(
+        system_python_without_pynvml,
+        prereqs_python=system_python_without_pynvml,
+        prereqs_venv=str(tmp_path / "venv"),
+        prereqs_controller_cache=str(tmp_path / "cache"),
+        prereqs_wheel=str(old),
+    )
+    (tmp_path / "role.yml").write_text(ROLE_ONLY)
+    result, changed = _run(tmp_path / "role.yml", labkit.write_inventory(tmp_path, {"t1": host}))
+    assert result.hosts["t1"].status == "failed"
+    message = result.hosts["t1"].message
+    assert f"prereqs_wheel: {old.name}" in message and "12.550" in message, message
+    assert changed == [] and not (tmp_path / "venv").exists()
+
+
+def test_the_role_and_the_rule_name_the_same_minimum():
+    """SW-NVML-001's advice and the role's floor are the same release."""
+    from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import software
+
+    defaults = yaml.safe_load((Path(__file__).resolve().parents[2] / "roles/prereqs/defaults/main.yml").read_text())
+    assert defaults["prereqs_nvml_min_version"] == software.NVML_BINDING_FULL
