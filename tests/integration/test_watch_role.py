@@ -27,6 +27,7 @@ NAME = "gpufleet-test-watch-role"
 INTERVAL = 10
 TEXTFILE = "/var/lib/prometheus/node-exporter/gpufleet.prom"
 STATE = "/var/lib/gpufleet/watch-state.json"
+BASELINE = "/var/lib/gpufleet/watch-baseline.json"
 NPD_DIR = "/etc/node-problem-detector.d"
 GROUP_VARS = {
     "gpufleet_sample_seconds": 0,
@@ -150,6 +151,38 @@ def test_a_lost_gpu_is_logged_and_exported_within_two_intervals_then_clears(host
     assert "GPU-HLT-002 cleared (was failing on GPU 5)" in _journal(name)
 
 
+def test_a_gpu_removed_after_install_fails_within_one_interval(host):
+    """The run at install recorded 8 GPUs (watch-baseline.json); GPU 7 then disappears from the simulated host (NVML
+    lists 7, as after a reset or a reboot that lost it): GPU-HLT-003 fails at critical against the baseline's count
+    within one interval, with no health.expected_gpu_count in the policy. Before, it passed."""
+    name = host["name"]
+    base = json.loads(watchlab.exec_in(name, "cat", BASELINE).stdout)
+    assert base["gpu_count"] == 8 and len(base["gpus"]) == 8, base
+    rule = 'rule="GPU-HLT-003",severity="critical",area="health",status="fail"'
+    watchlab.set_gpu(name, {"gpu_count": "7"})
+    try:
+        started = time.monotonic()
+        text = _wait_for(
+            lambda: (lambda t: rule in t and t)(watchlab.exec_in(name, "cat", TEXTFILE).stdout),
+            INTERVAL + 10,
+            "GPU-HLT-003 failing in the textfile",
+        )
+        assert time.monotonic() - started <= INTERVAL + 10
+        assert f'gpufleet_watch_baseline{{host="{name}",part="gpus"}} 8' in text
+        assert f'gpufleet_watch_baseline_seen{{host="{name}",part="gpus"}} 7' in text
+        journal = _journal(name)
+        assert "GPU-HLT-003 started failing [critical]: 7 usable GPU(s), the policy expects 8" in journal
+        assert f"baseline: GPU {base['gpus'][7]} missing (on the PCI bus and usable at install)" in journal
+    finally:
+        watchlab.set_gpu(name, {"gpu_count": "8"})
+    _wait_for(
+        lambda: rule not in watchlab.exec_in(name, "cat", TEXTFILE).stdout,
+        2 * INTERVAL + 5,
+        "GPU-HLT-003 gone from the textfile",
+    )
+    assert "baseline: this host has again everything recorded at install" in _journal(name)
+
+
 def test_the_checker_changes_nothing_but_its_outputs(host):
     name = host["name"]
     watchlab.exec_in(name, "systemctl", "stop", "gpufleet-watch.timer")
@@ -194,6 +227,7 @@ def test_state_absent_removes_the_watch(host):
         "/etc/gpufleet/watch.json",
         TEXTFILE,
         STATE,
+        BASELINE,
         "/etc/systemd/system/gpufleet-watch.timer",
         f"{NPD_DIR}/gpufleet-watch.json",
     ):

@@ -8,7 +8,7 @@ collection's module_utils: the same code the audit module runs) with ``/etc/gpuf
 and site, its effective policy merged and validated by the role exactly as the audit merges it, and the audit's
 reader options) and a systemd timer. Nothing else is needed on the host at run time: no Ansible, no controller.
 
-``gpufleet-watch [--config FILE] [--mode run|npd] [--print]``
+``gpufleet-watch [--config FILE] [--mode run|npd] [--print] [--record-baseline]``
 
 - ``run`` (the timer, or Slurm's HealthCheckProgram): one check; writes ``<watch.textfile_dir>/gpufleet.prom``
   (node_exporter's textfile collector) and ``watch.state_file`` atomically; logs one line per run and one per
@@ -20,6 +20,11 @@ reader options) and a systemd timer. Nothing else is needed on the host at run t
   characters and exits 0 (no problem), 1 (a finding failing at or above ``watch.problem_severity``) or 2 (unknown:
   the check could not run).
 - ``--print``: the textfile on stdout; no file is written, no Slurm call is made.
+- The baseline (``watch/baseline.py``): the first complete run (the role runs one at install) records the GPUs, the
+  NVSwitches and the active RDMA ports in ``watch-baseline.json`` next to the state file; later runs are judged
+  against it (its GPU count is GPU-HLT-003's expected count unless the policy sets ``health.expected_gpu_count``)
+  and export and log what is missing. ``--record-baseline`` records it again from this run (after a deliberate
+  hardware change).
 
 Apart from its two output files and, when enabled, the Slurm node's state, the checker changes nothing.
 """
@@ -43,7 +48,7 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import writ
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import balance
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import SEVERITIES, PolicyError, validate
-from ansible_collections.gpufleet.tuning.plugins.module_utils.watch import drain, slurm
+from ansible_collections.gpufleet.tuning.plugins.module_utils.watch import baseline, drain, slurm
 
 DEFAULT_CONFIG = "/etc/gpufleet/watch.json"
 REEXEC_MARKER = "GPUFLEET_WATCH_ENVIRONMENT"
@@ -163,14 +168,14 @@ def reexec_with_environment(environment):
     os.execve(sys.executable, [sys.executable] + sys.argv, env)  # nosec B606  # itself again, same arguments
 
 
-def check(config):
-    """One audit of this host with the configured policy (audit_core.run)."""
+def check(config, policy=None):
+    """One audit of this host with the configured policy (audit_core.run), or ``policy`` (the baseline's)."""
     audit = config["audit"]
     if not os.path.isdir(audit["root"]):
         raise CheckError("audit.root: not a directory: %s" % audit["root"])
     module = HostModule({"backend": audit["backend"], "nvml_library": audit["nvml_library"],
                          "nvidia_smi_path": audit["nvidia_smi_path"]})
-    return audit_core.run(module, config["policy"], root=audit["root"], interfaces=audit["interfaces"],
+    return audit_core.run(module, policy or config["policy"], root=audit["root"], interfaces=audit["interfaces"],
                           sample_seconds=audit["sample_seconds"], kernel_log=audit["kernel_log"],
                           kernel_log_file=audit["kernel_log_file"], kernel_log_lines=audit["kernel_log_lines"],
                           kernel_log_since_hours=audit["kernel_log_since_hours"], ethtool=audit["ethtool_path"],
@@ -360,6 +365,21 @@ def textfile(config, result, state, run):
                            float(entry["since"])))
     families.append(("watch_finding_since_timestamp_seconds",
                      "Unix time this finding started (first run that saw it with this status).", since))
+    base = state.get("baseline")
+    if isinstance(base, dict) and base.get("recorded") is not None:
+        families.append(("watch_baseline_recorded_timestamp_seconds",
+                         "Unix time the watch recorded this host's hardware baseline (at install).",
+                         [s("watch_baseline_recorded_timestamp_seconds", hl, float(base["recorded"]))]))
+        recorded, seen = base.get("counts") or {}, base.get("seen") or {}
+        families.append(("watch_baseline", "The baseline's count of each part: GPUs, NVSwitches, active RDMA ports.",
+                         [s("watch_baseline", hl + [("part", k)], recorded[k]) for k in sorted(recorded)
+                          if recorded[k] is not None]))
+        families.append(("watch_baseline_seen", "This run's count of each part of the baseline.",
+                         [s("watch_baseline_seen", hl + [("part", k)], seen[k]) for k in sorted(seen)
+                          if seen[k] is not None]))
+        families.append(("watch_baseline_differences",
+                         "Parts of the baseline this run does not see (missing GPUs, NVSwitches, RDMA ports).",
+                         [s("watch_baseline_differences", hl, len(base.get("differences") or []))]))
     slurm_state = state.get("slurm")
     if config["policy"]["watch"]["slurm"]["drain"] and isinstance(slurm_state, dict):
         nl = hl + [("node", slurm_state.get("node", ""))]
@@ -370,6 +390,13 @@ def textfile(config, result, state, run):
                          "drain back.",
                          [s("watch_slurm_drain_suppressed", nl, 1 if slurm_state.get("suppressed") else 0)]))
     return prometheus_text.render(families)
+
+
+def _counts(snap):
+    """{gpus, nvswitches, rdma_ports} counts of a baseline or a snapshot (None where unknown)."""
+    ports = snap.get("rdma_ports")
+    return {"gpus": snap.get("gpu_count"), "nvswitches": snap.get("nvswitches"),
+            "rdma_ports": len(ports) if ports is not None else None}
 
 
 def summary_line(config, result, problem_list, run):
@@ -412,6 +439,9 @@ def main(argv=None, version=None, out=None):
                              "2 unknown), writes nothing")
     parser.add_argument("--print", dest="print_only", action="store_true",
                         help="print the textfile instead of writing any file; no Slurm call")
+    parser.add_argument("--record-baseline", dest="record_baseline", action="store_true",
+                        help="record this run's GPUs, NVSwitches and RDMA ports as the baseline (after a deliberate "
+                             "hardware change; the first complete run records it by itself)")
     args = parser.parse_args(argv)
 
     def log(line):
@@ -429,9 +459,11 @@ def main(argv=None, version=None, out=None):
     if version:
         config["version"] = version
     watch = config["policy"]["watch"]
+    base_path = baseline.path_for(watch["state_file"])
+    base = None if args.record_baseline else baseline.read(base_path)
     result, error = None, None
     try:
-        result = check(config)
+        result = check(config, baseline.expected_gpu_count(config["policy"], base))
         add_probe(config, result)
     except CheckError as exc:
         error = str(exc)
@@ -448,7 +480,29 @@ def main(argv=None, version=None, out=None):
         return EXIT_PROBLEM if problem_list else EXIT_OK
 
     previous = read_state(watch["state_file"])
+    notes = []
+    if result is not None and base is None and not args.print_only:
+        if is_clean(result):
+            base = baseline.record(result["facts"], finished, config["host"])
+            try:
+                baseline.write(base_path, base)
+                notes.append("baseline recorded in %s: %s" % (base_path, baseline.summary(base)))
+            except (IOError, OSError) as exc:
+                notes.append("baseline not recorded: %s" % exc)
+                base = None
+        else:
+            notes.append("baseline not recorded: the run was not complete (recorded by the next complete run)")
+    before = previous.get("baseline") if isinstance(previous.get("baseline"), dict) else {}
+    differences = baseline.compare(base, result["facts"]) if result is not None else before.get("differences", [])
+    if result is not None and differences != before.get("differences", []):
+        notes.extend("baseline: %s" % d for d in differences if d not in before.get("differences", []))
+        if not differences:
+            notes.append("baseline: this host has again everything recorded at install")
+    seen = baseline.snapshot(result["facts"]) if result is not None else {}
     state = {"version": STATE_VERSION, "host": config["host"], "updated": finished,
+             "baseline": None if base is None else {
+                 "recorded": base.get("recorded"), "differences": differences,
+                 "counts": _counts(base), "seen": _counts(seen) if seen else before.get("seen")},
              "last_success": finished if result is not None else previous.get("last_success"),
              "findings": (state_entries(result["findings"], previous.get("findings", {}), finished)
                           if result is not None else previous.get("findings", {})),
@@ -462,6 +516,8 @@ def main(argv=None, version=None, out=None):
     else:
         for line in changes(previous.get("findings", {}), state["findings"]):
             log(line)
+    for line in notes:
+        log(line)
     if watch["slurm"]["drain"] and result is not None:
         state["slurm"], state["drain"] = slurm_step(config, result, previous, commands.runner(HostModule({})), log)
     log(summary_line(config, result, problem_list, run))
