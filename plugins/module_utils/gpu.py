@@ -59,8 +59,38 @@ def _read_pynvml(module, fs, library, sample_seconds):
                 {}, [])
     for gpu in gpus:
         gpu["source"] = "pynvml"
+    _essential_from_nvidia_smi(module, gpus)
     binding["lacks"] = binding_lacks(driver, gpus)
     return {"available": True, "source": "pynvml", "error": None, "binding": binding}, driver, gpus
+
+
+# The pynvml field (in ``unsupported``) behind each of nvidia_smi.ESSENTIAL's fields.
+_ESSENTIAL_KEYS = {"remapped_rows": ("remapped_rows",), "mig": ("mig.current", "mig.pending")}
+
+
+def _essential_from_nvidia_smi(module, gpus):
+    """Health facts the binding has no function for (nvidia_smi.ESSENTIAL) come from nvidia-smi, which reads them
+    through the driver's own NVML; each GPU's ``sources`` names the fields read that way. Without nvidia-smi they
+    stay null with the binding's reason."""
+    wanted = sorted(
+        field for field, keys in _ESSENTIAL_KEYS.items()
+        if any((g.get("unsupported") or {}).get(keys[0], "").startswith(nvml.LACKS) for g in gpus)
+    )
+    if not wanted:
+        return
+    binary = module.params.get("nvidia_smi_path") or module.get_bin_path("nvidia-smi")
+    if not binary or not os.access(binary, os.X_OK):
+        return
+    values = nvidia_smi.essential_fields(module, binary, wanted)
+    for gpu in gpus:
+        found = values.get(nvidia_smi.bus_key(gpu.get("pci_bus_id"))) or {}
+        for field in wanted:
+            keys = _ESSENTIAL_KEYS[field]
+            if field in found and (gpu.get("unsupported") or {}).get(keys[0], "").startswith(nvml.LACKS):
+                gpu[field] = found[field]
+                for key in keys:
+                    gpu["unsupported"].pop(key, None)
+                gpu.setdefault("sources", {})[field] = "nvidia-smi"
 
 
 def binding_lacks(driver, gpus):

@@ -94,6 +94,51 @@ class NvidiaSmiError(Exception):
     pass
 
 
+# Fields the pynvml reader takes from nvidia-smi when the Python binding has no NVML function for them (an old
+# binding on a newer driver: nvidia-ml-py3 7.352 has no row remapping and no MIG mode). Each is a health fact a rule
+# fails on (GPU-HLT-001, GPU-MIG-001); nvidia-smi reads them through the driver's own NVML.
+#   our field -> (nvidia-smi query option, [(query field, converter)] after the bus id)
+ESSENTIAL = {
+    "remapped_rows": ("--query-remapped-rows", "gpu_bus_id",
+                      (("remapped_rows.correctable", "int"), ("remapped_rows.uncorrectable", "int"),
+                       ("remapped_rows.pending", "enabled"), ("remapped_rows.failure", "enabled"))),
+    "mig": ("--query-gpu", "pci.bus_id", (("mig.mode.current", "enabled"), ("mig.mode.pending", "enabled"))),
+}
+
+
+def bus_key(text):
+    """Any bus id form ("0000:18:00.0", "00000000:18:00.0") -> NVML's upper-case 8-digit-domain form."""
+    text = (text or "").strip()
+    return _nvml_bus_id(text) if ":" in text else text.upper()
+
+
+def essential_fields(module, binary, fields):
+    """{bus id (NVML form): {field: value}} for ``fields`` (keys of ESSENTIAL) from nvidia-smi; ``remapped_rows``
+    is the pynvml reader's dict, ``mig`` its {current, pending}. A field nvidia-smi cannot give (not supported, an
+    error, a driver without the query) is left out."""
+    out = {}
+    for field in fields:
+        option, bus_query, columns = ESSENTIAL[field]
+        names = [bus_query] + [c[0] for c in columns]
+        query = "%s=%s" % (option, ",".join(names))
+        rc, text, _err = module.run_command([binary, query, "--format=csv,noheader,nounits"])
+        if rc != 0:
+            continue
+        for line in (text or "").splitlines():
+            row = next(csv.reader([line], skipinitialspace=True), [])
+            if len(row) != len(names) or not re.match(r"^[0-9a-fA-F]{4,8}:", row[0].strip()):
+                continue
+            values = [_convert(raw, kind)[0] for raw, (_name, kind) in zip(row[1:], columns, strict=True)]
+            if any(v is None for v in values):
+                continue
+            if field == "remapped_rows":
+                value = dict(zip(("corrected", "uncorrected", "pending", "failure"), values, strict=True))
+            else:
+                value = {"current": values[0], "pending": values[1]}
+            out.setdefault(bus_key(row[0]), {})[field] = value
+    return out
+
+
 def query_args(binary, legacy=False):
     names = [LEGACY_NAMES.get(f[0], f[0]) if legacy else f[0] for f in FIELDS]
     return [binary, "--query-gpu=" + ",".join(names), "--format=csv,noheader,nounits"]

@@ -317,6 +317,12 @@ gpus:
     lost: {description: The GPU fell off the bus (NVML GpuIsLost)., type: bool}
     unsupported: {description: Dotted field name to the reason it is null., type: dict}
     source: {description: Where the values came from (pynvml or nvidia-smi)., type: str}
+    sources:
+      description: >-
+        Only with C(source=pynvml), and only when the Python binding has no NVML function for a health fact
+        (V(remapped_rows), V(mig)): that field, read from nvidia-smi instead, mapped to V(nvidia-smi).
+      type: dict
+      returned: when a field was read from nvidia-smi
 """
 
 

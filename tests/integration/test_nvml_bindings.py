@@ -32,6 +32,8 @@ pytestmark = pytest.mark.integration
 BINDINGS_FILE = REPO / "tests" / "sim" / "nvml" / "bindings.txt"
 WHEELS = REPO / "build" / "wheels" / "nvml-bindings"
 REFERENCE = "nvidia-ml-py==13.615.71"
+OLDEST = "nvidia-ml-py3==7.352.0"
+NO_SMI = "oldest_without_nvidia_smi"
 
 # The demo's healthy HGX H100 (driver 570) with one fault per field an old binding may lack, and a few it can read.
 FAULTS = [
@@ -59,14 +61,13 @@ RULE_FIELDS = {
     "GPU-MIG-001": {"mig.current"},
     "GPU-RCV-001": {"recovery_action"},
 }
-# What each binding has no function for (read from the bindings' sources: nvmlDeviceGetNumaNodeId and the fabric
-# V call arrived in 12.550, the plain fabric call in 11.525; nvidia-ml-py3 7.352 predates row remapping, MIG,
-# field values, NVLink, the architecture query and the CUDA driver version).
+# What each binding has no function for and nvidia-smi does not stand in for (read from the bindings' sources:
+# nvmlDeviceGetNumaNodeId and the fabric V call arrived in 12.550, the plain fabric call in 11.525; nvidia-ml-py3
+# 7.352 predates row remapping, MIG, field values, NVLink, the architecture query and the CUDA driver version; row
+# remapping and MIG mode come from nvidia-smi then, nvidia_smi.ESSENTIAL).
+FROM_NVIDIA_SMI = {"remapped_rows", "mig.current", "mig.pending"}
 LACKS_7_352 = {
     "architecture",
-    "remapped_rows",
-    "mig.current",
-    "mig.pending",
     "nvlink",
     "nvlink.link_count",
     "fabric",
@@ -179,7 +180,17 @@ def matrix(binding_pythons, sim_lib, profiles, tmp_path_factory):
             "FAKE_ETHTOOL_DIR": str(built / "ethtool"),
         },
     }
-    hosts = {_host_name(s): {**common, "ansible_python_interpreter": str(p)} for s, p in binding_pythons.items()}
+    # nvidia-smi on PATH: the stand-in that answers from the same simulated state (tests/sim/nvml/nvidia-smi-sim).
+    smi = tmp / "smi-bin"
+    smi.mkdir()
+    (smi / "nvidia-smi").symlink_to(REPO / "tests/sim/nvml/nvidia-smi-sim")
+    with_smi = {**common["gpufleet_environment"], "PATH": f"{smi}:{os.environ['PATH']}"}
+    hosts = {
+        _host_name(s): {**common, "gpufleet_environment": with_smi, "ansible_python_interpreter": str(p)}
+        for s, p in binding_pythons.items()
+    }
+    # The oldest binding on a host without nvidia-smi: the health facts it lacks stay unknown, and are named.
+    hosts[NO_SMI] = {**common, "ansible_python_interpreter": str(binding_pythons[OLDEST])}
     started = time.monotonic()
     result = run_playbook(str(labkit.write_play(tmp, PLAY)), str(labkit.write_inventory(tmp, hosts)), forks=4)
     print(f"gpu_info + audit through {len(hosts)} bindings: {time.monotonic() - started:.1f} s")
@@ -187,7 +198,7 @@ def matrix(binding_pythons, sim_lib, profiles, tmp_path_factory):
 
 
 def _ok(matrix, spec: str, task: str) -> dict:
-    host = matrix[_host_name(spec)]
+    host = matrix[spec if spec == NO_SMI else _host_name(spec)]
     assert host.status == "ok", f"{spec}: {host.status}: {host.message}"
     return host.results[task]
 
@@ -276,3 +287,21 @@ def test_same_gpu_facts_where_the_binding_can_read(matrix, spec):
                 problems.append(f"gpu {got_gpu['index']} {top}: read although the binding lacks it")
             assert got_gpu["unsupported"][field].startswith("binding lacks nvml"), (field, got_gpu["unsupported"])
     assert not problems, "\n".join(problems[:40])
+
+
+def test_health_facts_the_binding_lacks_come_from_nvidia_smi(matrix):
+    """nvidia-ml-py3 7.352 has no nvmlDeviceGetRemappedRows and no nvmlDeviceGetMigMode: with nvidia-smi on the host
+    those facts are read through it (and GPU-HLT-001, GPU-MIG-001 fail as with a full binding); without it they are
+    unknown and SW-NVML-001 names them."""
+    gpus = _ok(matrix, OLDEST, "Read GPUs")["gpus"]
+    assert gpus[2]["remapped_rows"] == {"corrected": 0, "uncorrected": 0, "pending": False, "failure": True}
+    assert gpus[4]["mig"] == {"current": False, "pending": True}
+    assert all(g["sources"] == {"remapped_rows": "nvidia-smi", "mig": "nvidia-smi"} for g in gpus)
+    bare = _ok(matrix, NO_SMI, "Read GPUs")
+    assert all(g["remapped_rows"] is None and g["mig"] is None and "sources" not in g for g in bare["gpus"])
+    assert set(bare["nvml"]["binding"]["lacks"]) == LACKS_7_352 | FROM_NVIDIA_SMI
+    audit = _ok(matrix, NO_SMI, "Audit")
+    failing = _failing(audit)
+    assert {"GPU-HLT-001", "GPU-MIG-001"} & failing == set() and "SW-NVML-001" in failing
+    finding = {f["rule"]: f for f in audit["findings"]}["SW-NVML-001"]
+    assert "remapped_rows" in finding["message"] and "nvmlDeviceGetRemappedRows" in finding["message"]

@@ -129,3 +129,46 @@ def test_collect_reads_the_other_gpus_when_nvidia_smi_exits_non_zero():
     with pytest.raises(nvidia_smi.NvidiaSmiError, match="couldn't communicate"):
         nvidia_smi.collect(_Module(9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."),
                            "/usr/bin/nvidia-smi")  # fmt: skip
+
+
+class _Queries:
+    """nvidia-smi answering each query option with its own text (what the command prints, not our code)."""
+
+    def __init__(self, answers):
+        self.answers = answers
+        self.calls = []
+
+    def run_command(self, args):
+        self.calls.append(args)
+        option = args[1].split("=", 1)[0]
+        return self.answers.get(option, (2, 'Field "x" is not a valid field to query.', ""))
+
+
+def test_essential_fields_for_an_old_binding():
+    """Row remapping and MIG mode as nvidia-smi prints them (Yes/No, Enabled/Disabled, [N/A] where a GPU has
+    none); a GPU whose row is incomplete is left out, never guessed."""
+    module = _Queries(
+        {
+            "--query-remapped-rows": (
+                0,
+                "00000000:18:00.0, 0, 0, No, No\n00000000:2A:00.0, 2, 1, Yes, No\n"
+                "0000:3a:00.0, [N/A], [N/A], [N/A], [N/A]\n",
+                "",
+            ),
+            "--query-gpu": (0, "00000000:18:00.0, Disabled, Enabled\n00000000:2A:00.0, Enabled, Enabled\n", ""),
+        }
+    )
+    got = nvidia_smi.essential_fields(module, "/usr/bin/nvidia-smi", ["remapped_rows", "mig"])
+    assert got == {
+        "00000000:18:00.0": {
+            "remapped_rows": {"corrected": 0, "uncorrected": 0, "pending": False, "failure": False},
+            "mig": {"current": False, "pending": True},
+        },
+        "00000000:2A:00.0": {
+            "remapped_rows": {"corrected": 2, "uncorrected": 1, "pending": True, "failure": False},
+            "mig": {"current": True, "pending": True},
+        },
+    }
+    assert module.calls[0][1].startswith("--query-remapped-rows=gpu_bus_id,remapped_rows.correctable")
+    # A driver whose nvidia-smi lacks the query: nothing, no error.
+    assert nvidia_smi.essential_fields(_Queries({}), "/usr/bin/nvidia-smi", ["remapped_rows"]) == {}
