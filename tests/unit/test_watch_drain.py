@@ -92,7 +92,7 @@ def test_a_lost_gpu_and_a_fatal_xid_drain():
     assert _ids(out) == ["GPU-HLT-002", "HOST-HLT-001"]
     xid = out[1]
     assert [i["code"] for i in xid["items"]] == [79]
-    assert xid["message"].startswith("Xid 79 in the kernel log since the last resume (GPU has fallen off the bus)")
+    assert xid["message"] == "Xid 79 at 0000:3b:00 in the kernel log (GPU has fallen off the bus)"
 
 
 def test_application_and_contained_xids_and_non_fatal_sxids_do_not_drain():
@@ -219,7 +219,9 @@ def host(tmp_path):
 
 def test_an_xid_drains_once_and_a_resume_is_respected_until_a_new_one(host):
     assert host.run(findings([XID_79_OLD])) == "IDLE+DRAIN"
-    assert host.cluster.nodes["gn2"]["reason"].startswith("gpufleet: HOST-HLT-001 Xid 79 in the kernel log")
+    assert host.cluster.nodes["gn2"]["reason"] == (
+        "gpufleet: HOST-HLT-001 Xid 79 at 0000:3b:00 in the kernel log (GPU has fallen off the bus)"
+    )
     assert host.run(findings([XID_79_OLD])) == "IDLE+DRAIN"  # stays drained, nothing acknowledged yet
     assert len(host.cluster.updates) == 1
 

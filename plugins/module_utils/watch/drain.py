@@ -92,11 +92,15 @@ def is_new(item, acknowledged):
 
 
 def _message(rule, items):
-    codes = ", ".join(str(i.get("code")) for i in items)
+    """``Xid 79 at 0000:3b:00 in the kernel log (GPU has fallen off the bus)``: the events that drain, where."""
+    parts = []
+    for i in items:
+        where = ", ".join(i.get("pci") or [])
+        parts.append("%s%s" % (i.get("code"), " at %s" % where if where else ""))
     if rule == "HOST-HLT-001":
         meanings = "; ".join(sorted(set(str(i.get("meaning") or "") for i in items) - {""}))
-        return "Xid %s in the kernel log since the last resume%s" % (codes, " (%s)" % meanings if meanings else "")
-    return "fatal NVSwitch SXid %s in the kernel log since the last resume" % codes
+        return "Xid %s in the kernel log%s" % ("; ".join(parts), " (%s)" % meanings if meanings else "")
+    return "fatal NVSwitch SXid %s in the kernel log" % "; ".join(parts)
 
 
 def findings_that_drain(findings, severity, acknowledged=None):
