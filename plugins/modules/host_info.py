@@ -222,8 +222,11 @@ host:
         - C(source) (V(dmesg), V(journal), V(file) or V(none)), C(error) (why the log could not be read, else
           V(null)), C(lines_scanned).
         - C(xid), one entry per Xid code seen, sorted by code, with C(code), C(meaning), C(severity)
-          (V(critical), V(high), V(medium), V(low) or V(info)), C(count), C(pci) (bus ids as logged) and
-          C(last) (the last such line, at most 300 characters).
+          (V(critical), V(high), V(medium), V(low) or V(info)), C(count), C(pci) (bus ids as logged),
+          C(last) (the last such line, at most 300 characters) and C(last_time) (its time stamp in epoch seconds,
+          V(null) for a line without an ISO-8601 one).
+        - C(sxid), one entry per NVSwitch SXid code seen, with C(code), C(fatal), C(severity), C(count), C(pci),
+          C(last) and C(last_time).
         - C(aer), PCIe AER error counts C(corrected), C(uncorrected) (non-fatal), C(fatal), and C(last) line.
       type: dict
     unsupported:
