@@ -125,7 +125,8 @@ def test_a_run_writes_only_its_outputs_and_changes_nothing_of_the_host(host):
     )
     assert before == after
     written = sorted(str(p.relative_to(host["out"])) for p in host["out"].rglob("*") if p.is_file())
-    assert written == ["state/s.json", "textfile/gpufleet.prom"]
+    # its outputs: the state, the hardware baseline its first complete run records (watch/baseline.py), the textfile
+    assert written == ["state/s.json", "state/watch-baseline.json", "textfile/gpufleet.prom"]
     text = (host["out"] / "textfile" / "gpufleet.prom").read_text()
     assert f'version="{host["version"]}"' in text and f'gpufleet_host_up{{host="{HOST}",status="ok"}} 1' in text
     assert run.stdout.splitlines()[-1].startswith(f"gpufleet-watch {HOST}: {len(rules.RULES)} rules")
