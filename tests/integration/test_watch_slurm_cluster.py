@@ -488,6 +488,7 @@ def test_an_xid_drains_once_a_resume_holds_and_a_new_xid_drains_again(checker):
         # still reported (the line is in the window), no longer a reason to drain
         assert 'gpufleet_finding{host="gfn2",rule="HOST-HLT-001"' in lab.sh("gfn2", f"cat {TEXTFILE}")
     assert "slurm: node gfn2 takes jobs again after gpufleet drained it for kernel-log events" in outs[0]
+    assert "slurm: no drain for HOST-HLT-001 (no fatal event that a resume has not followed)" in outs[1]
     out = outs[1]
     print(f"\n$ {run}   # after the resume, the old Xid 79 still in the window\n{out.rstrip()}")
 
@@ -512,6 +513,7 @@ def test_gpu_memory_full_while_swapping_never_drains(checker):
         text = lab.sh("gfn2", f"cat {TEXTFILE}")
         assert 'rule="GPU-MEM-001",severity="critical",area="memory",status="fail"} 1' in text, out
         assert lab.sinfo()["gfn2"]["state"] == "idle", out
+        assert "slurm: no drain for GPU-MEM-001 (not a drain rule)" in out
         assert "slurm: node gfn2 is IDLE, no problem" in out
     finally:
         lab.gpus("gfn2")

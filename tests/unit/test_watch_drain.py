@@ -228,6 +228,7 @@ def test_an_xid_drains_once_and_a_resume_is_respected_until_a_new_one(host):
     host.cluster.resume("gn2")  # the operator reset the GPU and resumed the node
     for _ in range(3):
         assert host.run(findings([XID_79_OLD])) == "IDLE"
+        assert "slurm: no drain for HOST-HLT-001 (no fatal event that a resume has not followed)" in host.log
     assert len(host.cluster.updates) == 1
     assert host.state["drain"]["acknowledged"]["time"] == kernel_log.line_time(XID_79_OLD)
 
@@ -271,3 +272,4 @@ def test_state_problems_drain_again_after_a_resume(host):
 def test_memory_full_and_swapping_never_drains_through_the_checker(host):
     assert host.run(findings(memory=gpu_memory_full_and_swapping)) == "IDLE"
     assert host.cluster.updates == []
+    assert "slurm: no drain for GPU-MEM-001 (not a drain rule)" in host.log

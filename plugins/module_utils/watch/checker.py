@@ -312,6 +312,20 @@ def slurm_step(config, result, previous, run_command, log):
             "longer drain it, new ones do" % node)
         drained_for = None
     to_drain = drain.findings_that_drain(result["findings"], settings["drain_severity"], acknowledged)
+    draining = set(f.get("rule") for f in to_drain)
+    held = []
+    for p in problems(result["findings"], config["policy"]["watch"]["problem_severity"]):
+        if p.get("rule") in draining:
+            continue
+        if p.get("rule") not in drain.DRAIN_RULES:
+            why = "not a drain rule"
+        elif p.get("rule") in drain.KERNEL_LOG_RULES:
+            why = "no fatal event that a resume has not followed"
+        else:
+            why = "below watch.slurm.drain_severity"
+        held.append("%s (%s)" % (p.get("rule"), why))
+    if held:
+        log("slurm: no drain for %s" % ", ".join(held))
     outcome = slurm.reconcile(run_command, node, to_drain, is_clean(result), settings, current=current)
     if outcome.get("drained"):
         drained_for = drain.merge(drained_for, drain.events(to_drain))
