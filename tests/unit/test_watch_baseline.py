@@ -120,3 +120,12 @@ def test_an_expected_count_per_group_or_host_comes_through_the_policy_layers():
     facts = without_gpu(healthy())
     assert hlt003(facts, ep.effective_policy([fleet, group, None, None]))["status"] == "fail"
     assert hlt003(facts, ep.effective_policy([fleet, group, host, None]))["status"] == "warn"  # more than expected
+
+
+def test_the_summary_line_counts_the_differences():
+    config = {"host": "gpu-7", "policy": validate({})}
+    result = {"findings": [], "summary": catalog.summarize([])}
+    run = {"wall": 1.0, "cpu": 0.5}
+    assert "baseline" not in checker.summary_line(config, result, [], run)
+    line = checker.summary_line(config, result, [], run, ["7 usable GPU(s), 8 at install", "GPU x missing"])
+    assert line.endswith("; 2 difference(s) from the baseline recorded at install")

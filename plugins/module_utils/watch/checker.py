@@ -413,7 +413,7 @@ def _counts(snap):
             "rdma_ports": len(ports) if ports is not None else None}
 
 
-def summary_line(config, result, problem_list, run):
+def summary_line(config, result, problem_list, run, differences=()):
     if result is None:
         return "gpufleet-watch %s: could not check the host after %.1f s" % (config["host"], run["wall"])
     by_status = result["summary"]["by_status"]
@@ -425,6 +425,8 @@ def summary_line(config, result, problem_list, run):
     if problem_list:
         text += "; problems (%s and worse): %s" % (config["policy"]["watch"]["problem_severity"],
                                                    ", ".join(f["rule"] for f in problem_list))
+    if differences:
+        text += "; %d difference(s) from the baseline recorded at install" % len(differences)
     return text
 
 
@@ -534,7 +536,7 @@ def main(argv=None, version=None, out=None):
         log(line)
     if watch["slurm"]["drain"] and result is not None:
         state["slurm"], state["drain"] = slurm_step(config, result, previous, commands.runner(HostModule({})), log)
-    log(summary_line(config, result, problem_list, run))
+    log(summary_line(config, result, problem_list, run, (state.get("baseline") or {}).get("differences")))
     status = EXIT_OK if result is not None else EXIT_UNKNOWN
     try:
         write_atomic(watch["state_file"], json.dumps(state, indent=1, sort_keys=True) + "\n", mode=0o644)
