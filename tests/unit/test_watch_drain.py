@@ -273,3 +273,19 @@ def test_memory_full_and_swapping_never_drains_through_the_checker(host):
     assert host.run(findings(memory=gpu_memory_full_and_swapping)) == "IDLE"
     assert host.cluster.updates == []
     assert "slurm: no drain for GPU-MEM-001 (not a drain rule)" in host.log
+
+
+def test_a_row_remap_failure_drains_a_pending_remap_does_not():
+    def remap(**state):
+        def change(facts):
+            facts["gpu"]["gpus"][2]["remapped_rows"].update(state)
+
+        return change
+
+    pending = [f for f in findings(rows=remap(pending=True)) if f["rule"] == "GPU-HLT-001"]
+    assert (pending[0]["status"], pending[0]["severity"]) == ("fail", "high")
+    assert drain.findings_that_drain(pending, "high") == []
+    failed = [f for f in findings(rows=remap(failure=True)) if f["rule"] == "GPU-HLT-001"]
+    assert (failed[0]["status"], failed[0]["severity"]) == ("fail", "critical")
+    assert _ids(drain.findings_that_drain(failed, "high")) == ["GPU-HLT-001"]
+    assert set(drain.RULE_MIN_SEVERITY) <= set(drain.DRAIN_RULES)

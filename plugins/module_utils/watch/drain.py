@@ -47,11 +47,16 @@ DRAIN_RULES = {
     "HOST-HLT-001": "a fatal Xid (DRAIN_XID_CODES) in the kernel log",
     "HOST-HLT-003": "a fatal NVSwitch SXid in the kernel log",
     "GPU-ECC-003": "uncorrectable ECC errors",
-    "GPU-HLT-001": "row remapping failed, or a remap waits for a GPU reset",
+    "GPU-HLT-001": "row remapping failed (a remap that only waits for the next reset does not drain)",
     "GPU-ECC-004": "retired pages at DCGM's limit, or a retirement waiting for a reset",
     "GPU-NVL-001": "NVLink links down",
     "GPU-FAB-001": "the GPU is not registered in the NVLink fabric",
 }
+# Rules whose milder failures never drain, whatever watch.slurm.drain_severity says. GPU-HLT-001 fails at critical
+# for a remapping failure and at high for a remap pending: NVIDIA's A100/H100 memory error management guide - the
+# faulty page is offlined at once, new work runs on the GPU, and the pending remap is applied by the next GPU reset
+# at a convenient time - so a pending remap alone does not take the node away.
+RULE_MIN_SEVERITY = {"GPU-HLT-001": "critical"}
 # Rules that judge kernel-log events: their items carry ``last``/``last_time`` (kernel_log.scan).
 KERNEL_LOG_RULES = ("HOST-HLT-001", "HOST-HLT-003")
 # Xids whose immediate action in NVIDIA's Xid catalog is a GPU reset or a reboot: the GPU lost data or is gone.
@@ -110,6 +115,8 @@ def findings_that_drain(findings, severity, acknowledged=None):
     for f in findings or []:
         rule = f.get("rule")
         if rule not in DRAIN_RULES or f.get("status") != "fail" or _rank(f.get("severity")) > _rank(severity):
+            continue
+        if _rank(f.get("severity")) > _rank(RULE_MIN_SEVERITY.get(rule, "info")):
             continue
         if rule in KERNEL_LOG_RULES:
             items = [i for i in _drain_items(f) if is_new(i, acknowledged)]
