@@ -178,9 +178,9 @@ SPEC = {
                                     "available node (that stops the partition; a person decides); 0: no floor."),
             "drain_severity": ("high", "severity",
                                "The drain rules (watch/drain.py: GPU lost or needing a reset, fatal Xid/SXid, "
-                               "uncorrectable ECC, row remap, pending retirement, NVLink down, fabric not ready, GPU "
-                               "count short) drain the node when they fail at or above this severity; no other rule "
-                               "ever drains."),
+                               "uncorrectable ECC, row-remap failure, pending retirement, NVLink down, fabric not "
+                               "ready, GPU count short) drain the node when they fail at or above this severity; no "
+                               "other rule ever drains."),
             "node_name": (None, "str", "This host's Slurm NodeName; null: the short host name."),
         },
     },
