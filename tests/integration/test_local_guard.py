@@ -268,7 +268,7 @@ def test_cli_refuses_a_local_inventory_before_anything_runs(command, tmp_path):
     assert f"`gpufleet {command[0]}` changes the hosts it runs on" in proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     # Nothing ran: no audit report, no playbook output.
-    assert not list(out.rglob("report.json")) if out.exists() else True
+    assert not list(out.rglob("report.json"))
     assert "remediating" not in proc.stderr and "restored" not in proc.stdout
 
 
