@@ -65,7 +65,7 @@ def _read_pynvml(module, fs, library, sample_seconds):
 
 
 # The pynvml field (in ``unsupported``) behind each of nvidia_smi.ESSENTIAL's fields.
-_ESSENTIAL_KEYS = {"remapped_rows": ("remapped_rows",), "mig": ("mig.current", "mig.pending")}
+_ESSENTIAL_KEYS = {"remapped_rows": ("remapped_rows",), "mig": ("mig.current", "mig.pending"), "fabric": ("fabric",)}
 
 
 def _essential_from_nvidia_smi(module, gpus):
@@ -87,9 +87,13 @@ def _essential_from_nvidia_smi(module, gpus):
         for field in wanted:
             keys = _ESSENTIAL_KEYS[field]
             if field in found and (gpu.get("unsupported") or {}).get(keys[0], "").startswith(nvml.LACKS):
-                gpu[field] = found[field]
                 for key in keys:
                     gpu["unsupported"].pop(key, None)
+                if found[field] == nvidia_smi.NO_FABRIC:
+                    gpu[field] = None
+                    gpu["unsupported"][field] = "NotSupported"
+                else:
+                    gpu[field] = found[field]
                 gpu.setdefault("sources", {})[field] = "nvidia-smi"
 
 

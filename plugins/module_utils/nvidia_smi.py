@@ -95,21 +95,49 @@ class NvidiaSmiError(Exception):
 
 
 # Fields the pynvml reader takes from nvidia-smi when the Python binding has no NVML function for them (an old
-# binding on a newer driver: nvidia-ml-py3 7.352 has no row remapping and no MIG mode). Each is a health fact a rule
-# fails on (GPU-HLT-001, GPU-MIG-001); nvidia-smi reads them through the driver's own NVML.
+# binding on a newer driver: nvidia-ml-py3 7.352 has no row remapping and no MIG mode, no binding before 11.525 the
+# fabric probe). Each is a health fact a rule fails on (GPU-HLT-001, GPU-MIG-001, GPU-FAB-001); nvidia-smi reads them
+# through the driver's own NVML.
 #   our field -> (nvidia-smi query option, [(query field, converter)] after the bus id)
 ESSENTIAL = {
     "remapped_rows": ("--query-remapped-rows", "gpu_bus_id",
                       (("remapped_rows.correctable", "int"), ("remapped_rows.uncorrectable", "int"),
                        ("remapped_rows.pending", "enabled"), ("remapped_rows.failure", "enabled"))),
     "mig": ("--query-gpu", "pci.bus_id", (("mig.mode.current", "enabled"), ("mig.mode.pending", "enabled"))),
+    "fabric": ("--query-gpu", "pci.bus_id", (("fabric.state", "fabric_state"), ("fabric.status", "str"))),
 }
+
+# What essential_fields gives for a GPU nvidia-smi says has no fabric: the field is NotSupported, as NVML says.
+NO_FABRIC = "NotSupported"
+
+# nvidia-smi's words for nvmlGpuFabricState_t (nvidia-smi -q, "Fabric: State").
+FABRIC_STATES = {"not started": "not_started", "in progress": "in_progress", "completed": "completed"}
 
 
 def bus_key(text):
     """Any bus id form ("0000:18:00.0", "00000000:18:00.0") -> NVML's upper-case 8-digit-domain form."""
     text = (text or "").strip()
     return _nvml_bus_id(text) if ":" in text else text.upper()
+
+
+def _fabric(state, status):
+    """The pynvml reader's fabric dict from nvidia-smi's fabric.state and fabric.status; NO_FABRIC for a GPU without
+    one ("N/A", "[Not Supported]"), None for a word this code does not know. nvidia-smi's CSV has no health mask:
+    ``health_mask`` is None."""
+    word = state.strip().lower()
+    if word in _MISSING or word == "n/a":
+        return NO_FABRIC
+    name = FABRIC_STATES.get(word)
+    if name is None:
+        return None
+    status = status.strip()
+    return {
+        "state": name,
+        # Meaningful only once the state is "completed", as in the NVML reader.
+        "status": (status if status.lower() not in _MISSING else None) if name == "completed" else None,
+        "health_mask": None,
+        "health_problems": [],
+    }
 
 
 def essential_fields(module, binary, fields):
@@ -127,6 +155,11 @@ def essential_fields(module, binary, fields):
         for line in (text or "").splitlines():
             row = next(csv.reader([line], skipinitialspace=True), [])
             if len(row) != len(names) or not re.match(r"^[0-9a-fA-F]{4,8}:", row[0].strip()):
+                continue
+            if field == "fabric":
+                value = _fabric(row[1], row[2])
+                if value is not None:
+                    out.setdefault(bus_key(row[0]), {})[field] = value
                 continue
             values = [_convert(raw, kind)[0] for raw, (_name, kind) in zip(row[1:], columns, strict=True)]
             if any(v is None for v in values):

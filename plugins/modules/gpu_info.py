@@ -320,7 +320,8 @@ gpus:
     sources:
       description: >-
         Only with C(source=pynvml), and only when the Python binding has no NVML function for a health fact
-        (V(remapped_rows), V(mig)): that field, read from nvidia-smi instead, mapped to V(nvidia-smi).
+        (V(remapped_rows), V(mig), V(fabric); nvidia-smi gives no fabric health mask): that field, read from
+        nvidia-smi instead, mapped to V(nvidia-smi).
       type: dict
       returned: when a field was read from nvidia-smi
 """

@@ -159,6 +159,25 @@ def test_essential_fields_for_an_old_binding():
         }
     )
     got = nvidia_smi.essential_fields(module, "/usr/bin/nvidia-smi", ["remapped_rows", "mig"])
+    fabric = _Queries(
+        {
+            "--query-gpu": (
+                0,
+                "00000000:18:00.0, Completed, Success\n00000000:2A:00.0, In Progress, N/A\n"
+                "00000000:3A:00.0, N/A, N/A\n",
+                "",
+            )
+        }
+    )
+    assert nvidia_smi.essential_fields(fabric, "/usr/bin/nvidia-smi", ["fabric"]) == {
+        "00000000:18:00.0": {
+            "fabric": {"state": "completed", "status": "Success", "health_mask": None, "health_problems": []}
+        },
+        "00000000:2A:00.0": {
+            "fabric": {"state": "in_progress", "status": None, "health_mask": None, "health_problems": []}
+        },
+        "00000000:3A:00.0": {"fabric": nvidia_smi.NO_FABRIC},
+    }
     assert got == {
         "00000000:18:00.0": {
             "remapped_rows": {"corrected": 0, "uncorrected": 0, "pending": False, "failure": False},
