@@ -65,7 +65,30 @@ def _read_pynvml(module, fs, library, sample_seconds):
 
 
 # The pynvml field (in ``unsupported``) behind each of nvidia_smi.ESSENTIAL's fields.
-_ESSENTIAL_KEYS = {"remapped_rows": ("remapped_rows",), "mig": ("mig.current", "mig.pending"), "fabric": ("fabric",)}
+_ESSENTIAL_KEYS = {
+    "remapped_rows": ("remapped_rows",),
+    "mig": ("mig.current", "mig.pending"),
+    "fabric": ("fabric",),
+    "nvlink": ("nvlink",),
+}
+
+
+def _nvlink_from_nvidia_smi(gpu, links):
+    """NVLink states from ``nvidia-smi nvlink --status`` for a binding without NVML's NVLink calls; the error
+    counters stay unknown (the binding cannot read them, nvidia-smi's status has none)."""
+    gpu["unsupported"].pop("nvlink", None)
+    names = [name for name, _counter in nvml.NVLINK_COUNTERS]
+    for name in names:
+        gpu["unsupported"]["nvlink.errors." + name] = nvml.binding_lacks("nvmlDeviceGetNvLinkErrorCounter")
+    gpu["nvlink"] = dict(
+        links,
+        remote=None,
+        count_source="nvidia-smi",
+        errors=dict((name, None) for name in names),
+        errors_increase=dict((name, None) for name in names),
+        sample_seconds=None,
+    )
+    gpu.setdefault("sources", {})["nvlink"] = "nvidia-smi"
 
 
 def _essential_from_nvidia_smi(module, gpus):
@@ -81,10 +104,15 @@ def _essential_from_nvidia_smi(module, gpus):
     binary = module.params.get("nvidia_smi_path") or module.get_bin_path("nvidia-smi")
     if not binary or not os.access(binary, os.X_OK):
         return
-    values = nvidia_smi.essential_fields(module, binary, wanted)
+    values = nvidia_smi.essential_fields(module, binary, [f for f in wanted if f != "nvlink"])
+    links = nvidia_smi.nvlink_status(module, binary) if "nvlink" in wanted else {}
     for gpu in gpus:
+        if gpu.get("uuid") in links and (gpu.get("unsupported") or {}).get("nvlink", "").startswith(nvml.LACKS):
+            _nvlink_from_nvidia_smi(gpu, links[gpu["uuid"]])
         found = values.get(nvidia_smi.bus_key(gpu.get("pci_bus_id"))) or {}
         for field in wanted:
+            if field == "nvlink":
+                continue
             keys = _ESSENTIAL_KEYS[field]
             if field in found and (gpu.get("unsupported") or {}).get(keys[0], "").startswith(nvml.LACKS):
                 for key in keys:

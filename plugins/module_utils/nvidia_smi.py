@@ -140,6 +140,39 @@ def _fabric(state, status):
     }
 
 
+_NVLINK_GPU = re.compile(r"^GPU\s+\d+:.*\(UUID:\s*([^)\s]+)\)\s*$")
+_NVLINK_LINK = re.compile(r"^\s*Link\s+(\d+):\s*(.*?)\s*$")
+
+
+def parse_nvlink_status(text):
+    """``nvidia-smi nvlink --status`` -> {GPU UUID: {up, total, down}}: a link with a speed above 0 is up,
+    ``<inactive>`` (or 0 GB/s) down. A GPU with no link lines is left out (no NVLink, as NVML's NotSupported)."""
+    out = {}
+    current = None
+    for line in (text or "").splitlines():
+        gpu = _NVLINK_GPU.match(line.strip())
+        if gpu:
+            current = gpu.group(1)
+            continue
+        link = _NVLINK_LINK.match(line)
+        if current is None or not link:
+            continue
+        speed = re.match(r"^([0-9.]+)\s*GB/s$", link.group(2))
+        entry = out.setdefault(current, {"up": 0, "total": 0, "down": []})
+        entry["total"] += 1
+        if speed and float(speed.group(1)) > 0:
+            entry["up"] += 1
+        else:
+            entry["down"].append(int(link.group(1)))
+    return out
+
+
+def nvlink_status(module, binary):
+    """parse_nvlink_status of ``nvidia-smi nvlink --status``; {} when nvidia-smi cannot say."""
+    rc, text, _err = module.run_command([binary, "nvlink", "--status"])
+    return parse_nvlink_status(text) if rc == 0 else {}
+
+
 def essential_fields(module, binary, fields):
     """{bus id (NVML form): {field: value}} for ``fields`` (keys of ESSENTIAL) from nvidia-smi; ``remapped_rows``
     is the pynvml reader's dict, ``mig`` its {current, pending}. A field nvidia-smi cannot give (not supported, an

@@ -297,8 +297,11 @@ gpus:
       description: >-
         NVLink links C(up) of C(total) and the C(down) link numbers; C(remote), link number to the PCI bus id at
         the far end of that link (an NVSwitch or the peer GPU; null when NVML cannot say); C(errors) (CRC flit, CRC
-        data, replay, recovery counts summed over the links) and C(errors_increase) over C(sample_seconds) between
-        two readings.
+        data, replay, recovery counts summed over the links; a counter NVML does not return is null with its reason in
+        C(unsupported)) and C(errors_increase) over C(sample_seconds) between two readings. C(count_source):
+        V(field) when the number of links is NVML's link-count field (NVML_FI_DEV_NVLINK_LINK_COUNT),
+        V(probe) where that field is not supported and links were probed one by one, V(nvidia-smi) when a binding
+        without NVML's NVLink calls read the states from C(nvidia-smi nvlink --status).
       type: dict
     fabric:
       description: >-
@@ -320,7 +323,7 @@ gpus:
     sources:
       description: >-
         Only with C(source=pynvml), and only when the Python binding has no NVML function for a health fact
-        (V(remapped_rows), V(mig), V(fabric); nvidia-smi gives no fabric health mask): that field, read from
+        (V(remapped_rows), V(mig), V(fabric), V(nvlink); nvidia-smi gives no fabric health mask): that field, read from
         nvidia-smi instead, mapped to V(nvidia-smi).
       type: dict
       returned: when a field was read from nvidia-smi

@@ -51,10 +51,12 @@ FAULTS = [
     "gpu.7.retired_dbe=1",
     "gpu.7.retired_pending=0",
 ]
-# The GPU fields each of these rules judges: a binding that cannot read them leaves the rule without its fault.
+# The fields (as `lacks` names them) each of these rules judges: a binding that cannot read one leaves the rule
+# without its fault.
+NVLINK_ERRORS = {f"nvlink.errors.{name}" for name in ("replay", "recovery", "crc_flit", "crc_data")}
 RULE_FIELDS = {
     "GPU-NVL-001": {"nvlink"},
-    "GPU-NVL-002": {"nvlink"},
+    "GPU-NVL-002": {"nvlink"} | NVLINK_ERRORS,
     "GPU-NUMA-001": {"numa_node"},
     "GPU-HLT-001": {"remapped_rows"},
     "GPU-FAB-001": {"fabric"},
@@ -64,11 +66,11 @@ RULE_FIELDS = {
 # What each binding has no function for and nvidia-smi does not stand in for (read from the bindings' sources:
 # nvmlDeviceGetNumaNodeId and the fabric V call arrived in 12.550, the plain fabric call in 11.525; nvidia-ml-py3
 # 7.352 predates row remapping, MIG, field values, NVLink, the architecture query and the CUDA driver version). Row
-# remapping, MIG mode and the fabric state come from nvidia-smi then (nvidia_smi.ESSENTIAL).
-FROM_NVIDIA_SMI = {"remapped_rows", "mig.current", "mig.pending", "fabric"}
-LACKS_7_352 = {
+# remapping, MIG mode, the fabric state and the NVLink states come from nvidia-smi then (nvidia_smi.ESSENTIAL,
+# nvidia-smi nvlink --status); the NVLink error counters stay unknown.
+FROM_NVIDIA_SMI = {"remapped_rows", "mig.current", "mig.pending", "fabric", "nvlink"}
+LACKS_7_352 = NVLINK_ERRORS | {
     "architecture",
-    "nvlink",
     "nvlink.link_count",
     "recovery_action",
     "numa_node",
@@ -218,13 +220,18 @@ def _flat(value, prefix=""):
     return {prefix[:-1]: value}
 
 
-def _unread(lacks: set[str]) -> set[str]:
-    """The fields a binding cannot read and the GPU facts that hold them (mig.current -> mig)."""
-    return lacks | {f.split(".")[0] for f in lacks}
+# A field `lacks` names -> the GPU facts it leaves unknown.
+FACTS_OF = {
+    "mig.current": ("mig",),
+    "mig.pending": ("mig",),
+    "nvlink.link_count": ("nvlink.count_source",),
+    **{f: (f, f.replace("errors.", "errors_increase.")) for f in NVLINK_ERRORS},
+}
 
 
 def _lacking(field: str, lacks: set[str]) -> bool:
-    return any(field == f or field.startswith(f + ".") for f in _unread(lacks))
+    prefixes = {p for f in lacks for p in FACTS_OF.get(f, (f,))}
+    return any(field == p or field.startswith(p + ".") for p in prefixes)
 
 
 @pytest.mark.parametrize("spec", specs())
@@ -255,7 +262,7 @@ def test_same_findings_where_the_binding_can_read(matrix, spec):
     reference = _failing(_ok(matrix, REFERENCE, "Audit"))
     assert reference >= set(RULE_FIELDS) - {"GPU-NVL-002"} | {"GPU-PWR-002", "GPU-ECC-002"}, reference
     lacks = EXPECTED_LACKS[spec]
-    expected = {r for r in reference if not RULE_FIELDS.get(r, set()) & _unread(lacks)}
+    expected = {r for r in reference if not RULE_FIELDS.get(r, set()) & lacks}
     if lacks:
         expected.add("SW-NVML-001")
     assert _failing(_ok(matrix, spec, "Audit")) == expected
@@ -280,13 +287,18 @@ def test_same_gpu_facts_where_the_binding_can_read(matrix, spec):
                 continue  # nvidia-smi's CSV has no health mask
             if have.get(field, "<missing>") != value:
                 problems.append(f"gpu {want_gpu['index']} {field}: {have.get(field, '<missing>')!r} != {value!r}")
-        for field in lacks - {"nvlink.link_count"}:
+        for field in lacks:
             if field.startswith("driver."):
                 continue
-            top = field.split(".")[0]
-            if got_gpu.get(top) is not None:
-                problems.append(f"gpu {got_gpu['index']} {top}: read although the binding lacks it")
             assert got_gpu["unsupported"][field].startswith("binding lacks nvml"), (field, got_gpu["unsupported"])
+            if field in NVLINK_ERRORS:
+                value = ((got_gpu.get("nvlink") or {}).get("errors") or {}).get(field.rsplit(".", 1)[1])
+            elif field == "nvlink.link_count":
+                continue  # the links were counted another way (count_source says which)
+            else:
+                value = got_gpu.get(field.split(".")[0])
+            if value is not None:
+                problems.append(f"gpu {got_gpu['index']} {field}: {value!r} although the binding lacks it")
     assert not problems, "\n".join(problems[:40])
 
 
@@ -298,13 +310,17 @@ def test_health_facts_the_binding_lacks_come_from_nvidia_smi(matrix):
     assert gpus[2]["remapped_rows"] == {"corrected": 0, "uncorrected": 0, "pending": False, "failure": True}
     assert gpus[4]["mig"] == {"current": False, "pending": True}
     assert gpus[3]["fabric"]["state"] == "not_started" and gpus[0]["fabric"]["status"] == "Success"
-    assert all(g["sources"] == {f: "nvidia-smi" for f in ("remapped_rows", "mig", "fabric")} for g in gpus)
+    assert all(g["sources"] == {f: "nvidia-smi" for f in ("remapped_rows", "mig", "fabric", "nvlink")} for g in gpus)
+    assert (gpus[0]["nvlink"]["down"], gpus[0]["nvlink"]["count_source"]) == ([3, 4], "nvidia-smi")
+    assert set(gpus[0]["nvlink"]["errors"].values()) == {None}  # unknown, never "no errors"
     bare = _ok(matrix, NO_SMI, "Read GPUs")
     assert all(g["remapped_rows"] is None and g["mig"] is None and "sources" not in g for g in bare["gpus"])
-    assert all(g["fabric"] is None for g in bare["gpus"])
-    assert set(bare["nvml"]["binding"]["lacks"]) == LACKS_7_352 | FROM_NVIDIA_SMI
+    assert all(g["fabric"] is None and g["nvlink"] is None for g in bare["gpus"])
+    # (no NVLink at all then: the error counters are not asked for)
+    assert set(bare["nvml"]["binding"]["lacks"]) == LACKS_7_352 - NVLINK_ERRORS | FROM_NVIDIA_SMI
     audit = _ok(matrix, NO_SMI, "Audit")
     failing = _failing(audit)
-    assert {"GPU-HLT-001", "GPU-MIG-001", "GPU-FAB-001"} & failing == set() and "SW-NVML-001" in failing
+    assert {"GPU-HLT-001", "GPU-MIG-001", "GPU-FAB-001", "GPU-NVL-001"} & failing == set()
+    assert "SW-NVML-001" in failing
     finding = {f["rule"]: f for f in audit["findings"]}["SW-NVML-001"]
     assert "remapped_rows" in finding["message"] and "nvmlDeviceGetRemappedRows" in finding["message"]

@@ -191,3 +191,17 @@ def test_essential_fields_for_an_old_binding():
     assert module.calls[0][1].startswith("--query-remapped-rows=gpu_bus_id,remapped_rows.correctable")
     # A driver whose nvidia-smi lacks the query: nothing, no error.
     assert nvidia_smi.essential_fields(_Queries({}), "/usr/bin/nvidia-smi", ["remapped_rows"]) == {}
+
+
+def test_nvlink_status():
+    """`nvidia-smi nvlink --status` as drivers print it: a speed is up, <inactive> (or 0 GB/s) down; a GPU header
+    with no link lines has no NVLink."""
+    text = (
+        "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaa)\n"
+        "\t Link 0: 26.562 GB/s\n"
+        "\t Link 1: <inactive>\n"
+        "\t Link 2: 0.000 GB/s\n"
+        "GPU 1: NVIDIA L40S (UUID: GPU-bbb)\n"
+    )
+    assert nvidia_smi.parse_nvlink_status(text) == {"GPU-aaa": {"up": 1, "total": 3, "down": [1, 2]}}
+    assert nvidia_smi.nvlink_status(_Module(9, "NVIDIA-SMI has failed"), "/usr/bin/nvidia-smi") == {}
