@@ -77,8 +77,8 @@ NVLINK_COUNTERS = (("replay", 0), ("recovery", 1), ("crc_flit", 2), ("crc_data",
 FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
 
 # nvmlDeviceGpuRecoveryAction_t: exactly the values nvml.h defines (NVML_GPU_RECOVERY_ACTION_*; NVIDIA GPU memory
-# error management: recovery action flag); any other value is "unknown (N)". tests/unit/test_nvml_binding.py
-# holds this table equal to the header's enum.
+# error management: recovery action flag; 6 and 7 arrived with the 615 driver, NVML change log); any other value is
+# "unknown (N)". tests/integration/test_nvml_reader.py holds this table equal to the header's enum.
 RECOVERY_ACTIONS = {
     0: "none",
     1: "gpu_reset",
@@ -121,7 +121,7 @@ class _NoSuchError(Exception):
 
 
 def _mismatch_error(nv):
-    """pynvml's NVMLLibraryMismatchError (nvidia-ml-py from 12.5xx); older bindings have none."""
+    """pynvml's NVMLLibraryMismatchError (nvidia-ml-py 12.560 has it, 12.535 and older bindings not)."""
     return getattr(nv, "NVMLLibraryMismatchError", None) or _NoSuchError
 
 
