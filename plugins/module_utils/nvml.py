@@ -56,8 +56,8 @@ NVML_FEATURE_ENABLED = 1
 NVML_SUCCESS = 0
 # "Number of NVLinks present on the device": DCGM reads the link count from this field.
 NVML_FI_DEV_NVLINK_LINK_COUNT = 91
-# Links probed one by one when the link-count field is not supported: NVML_NVLINK_MAX_LINKS of nvml.h up to 12.x
-# (13.x raised it to 36 for future parts, where the field answers).
+# Links probed one by one when the link-count field is not supported: NVML_NVLINK_MAX_LINKS of the 11.x and 12.x
+# bindings (nvml.h 13.x says 36, for parts whose drivers answer the field).
 PROBE_NVLINK_LINKS = 18
 
 # The reason recorded for a field whose getter the installed binding does not have.
