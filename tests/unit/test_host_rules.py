@@ -288,3 +288,62 @@ def test_powersave_under_hardware_p_states_is_a_warning_not_a_failure(tmp_path, 
     # cpu.hwp_epp: [] makes the governor the only passing state
     if status == "warn":
         assert _finding(facts, "HOST-CPU-001", {"cpu": {"hwp_epp": []}})["status"] == "fail"
+
+
+# ------------------------------------------------------------------ GPU-NUMA-001 with the GPU's node unknown
+
+
+def _numa_unread(facts, indexes, reason="binding lacks nvmlDeviceGetNumaNodeId"):
+    for g in facts["gpu"]["gpus"]:
+        if g["index"] in indexes:
+            g["numa_node"] = None
+            g.setdefault("unsupported", {})["numa_node"] = reason
+
+
+def test_numa_node_unknown_is_not_a_pass(tmp_path):
+    """Issue 25: nvidia-ml-py 12.535 has no nvmlDeviceGetNumaNodeId; where sysfs says -1 too, every GPU's node was
+    None and GPU-NUMA-001 passed without judging anything (one failing finding fewer than 12.560 gave on the same
+    GPUs). old code: "pass" with the NICs all on node 0."""
+    facts = healthy()
+    _nic_all_on_node0(facts)
+    assert _finding(facts, "GPU-NUMA-001")["status"] == "fail"  # what a binding that reads the node says
+    # Affinity that spans both sockets: the node cannot be inferred -> unknown, never a pass.
+    for g in facts["gpu"]["gpus"]:
+        g["cpu_affinity"] = _all_cpus(facts)
+    _numa_unread(facts, {g["index"] for g in facts["gpu"]["gpus"]})
+    f = _finding(facts, "GPU-NUMA-001")
+    assert f["status"] == "skip", f
+    assert f["message"].startswith("unknown:") and "binding lacks nvmlDeviceGetNumaNodeId" in f["message"]
+
+
+def test_numa_node_inferred_from_the_gpus_cpu_affinity():
+    """A GPU whose node NVML cannot give but whose CPU affinity lies within one node is on that node (nvidia-smi
+    topo -m's NUMA Affinity): the same failing finding as a binding that reads the node."""
+    facts = healthy()
+    _nic_all_on_node0(facts)
+    expected = _finding(facts, "GPU-NUMA-001")
+    _numa_unread(facts, {g["index"] for g in facts["gpu"]["gpus"]})
+    f = _finding(facts, "GPU-NUMA-001")
+    assert f["status"] == "fail" and f["severity"] == expected["severity"]
+    assert [i["gpus"] for i in f["items"]] == [i["gpus"] for i in expected["items"]]
+    assert f["observed"]["numa_node_from_cpu_affinity"] == sorted(g["index"] for g in facts["gpu"]["gpus"])
+
+
+def test_numa_node_unknown_is_named_next_to_a_failure():
+    facts = healthy()
+    _nic_all_on_node0(facts)
+    gpus = facts["gpu"]["gpus"]
+    gpus[0]["cpu_affinity"] = _all_cpus(facts)
+    _numa_unread(facts, {gpus[0]["index"]})
+    f = _finding(facts, "GPU-NUMA-001")
+    assert f["status"] == "fail"
+    assert f"NUMA node of GPU {gpus[0]['index']} unknown" in f["message"]
+
+
+def _nic_all_on_node0(facts):
+    for nic in facts["network"]["nics"]:
+        nic["numa_node"] = 0
+
+
+def _all_cpus(facts):
+    return ",".join(node["cpus"] for node in facts["host"]["numa"]["nodes"])

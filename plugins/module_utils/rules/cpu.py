@@ -147,6 +147,38 @@ def check_cores_per_gpu(facts, pol):
     )
 
 
+def _gpu_numa_nodes(gpus, node_cpus):
+    """{gpu index: NUMA node} and the GPUs whose node is unknown. NVML's (or sysfs's) node where read; else the
+    host's only node with CPUs; else the one node whose CPUs hold the GPU's whole CPU affinity (NVML's
+    nvmlDeviceGetCpuAffinity, which every binding has: nvidia-smi topo -m shows the same "NUMA Affinity"). A GPU
+    whose affinity spans nodes, or that has none, stays unknown on a multi-node host."""
+    placed, unknown = {}, []
+    for g in gpus:
+        node = g.get("numa_node")
+        if node is None and len(node_cpus) == 1:
+            node = next(iter(node_cpus))
+        elif node is None and g.get("cpu_affinity"):
+            try:
+                cpus = set(decoders.parse_cpulist(g["cpu_affinity"]))
+            except ValueError:
+                cpus = set()
+            holders = [n for n, held in node_cpus.items() if cpus and cpus <= held]
+            node = holders[0] if len(holders) == 1 else None
+        if node is None and g.get("numa_node") is None:
+            unknown.append(g["index"])
+        placed[g["index"]] = node
+    return placed, unknown
+
+
+def _unknown_note(gpus, unknown):
+    """'; NUMA node of GPU 2, 3 unknown (binding lacks nvmlDeviceGetNumaNodeId)': the GPUs not judged, and why."""
+    if not unknown:
+        return ""
+    reasons = sorted({str((g.get("unsupported") or {}).get("numa_node") or "not reported")
+                      for g in gpus if g["index"] in unknown})
+    return "; NUMA node of GPU %s unknown (%s): not judged" % (", ".join(str(i) for i in unknown), "; ".join(reasons))
+
+
 def check_numa_locality(facts, pol):
     gpus = _gpus(facts)
     nodes = _host(facts, "numa", "nodes")
@@ -166,9 +198,10 @@ def check_numa_locality(facts, pol):
         if cpus:
             node_cpus[node["id"]] = cpus
     items = []
+    placed, unknown = _gpu_numa_nodes(gpus, node_cpus)
     for g in gpus:
-        node, affinity = g.get("numa_node"), g.get("cpu_affinity")
-        if node is None or not affinity or node not in node_cpus:
+        node, affinity = placed.get(g["index"]), g.get("cpu_affinity")
+        if node is None or not affinity or node not in node_cpus or g.get("numa_node") is None:
             continue
         cpus = set(decoders.parse_cpulist(affinity))
         if not cpus <= node_cpus[node]:
@@ -189,28 +222,37 @@ def check_numa_locality(facts, pol):
         ):
             fabric.append(nic)
     nic_nodes = {n["numa_node"] for n in fabric}
-    gpu_nodes = {g["numa_node"] for g in gpus if g.get("numa_node") is not None}
+    gpu_nodes = {node for node in placed.values() if node is not None}
     if len(node_cpus) > 1 and fabric:
         for node in sorted(gpu_nodes - nic_nodes):
             items.append(
                 {
                     "numa_node": node,
-                    "gpus": [g["index"] for g in gpus if g.get("numa_node") == node],
+                    "gpus": [index for index, at in sorted(placed.items()) if at == node],
                     "problem": "no fabric NIC on this NUMA node (NICs on %s)" % sorted(nic_nodes),
                 }
             )
     observed = {"gpu_nodes": sorted(gpu_nodes), "fabric_nic_nodes": sorted(nic_nodes)}
+    inferred = sorted(g["index"] for g in gpus if g.get("numa_node") is None and placed.get(g["index"]) is not None)
+    if inferred:
+        observed["numa_node_from_cpu_affinity"] = inferred
+    if unknown:
+        observed["numa_node_unknown"] = unknown
     if items:
         affinity = [i for i in items if "gpu" in i]
         return result(
             "fail",
             observed,
             "GPU affinity, GPU and fabric NIC on the same NUMA node",
-            "%d NUMA locality problem(s)" % len(items),
+            "%d NUMA locality problem(s)%s" % (len(items), _unknown_note(gpus, unknown)),
             items=items,
             # Only the NIC layout (no GPU's affinity crosses a socket): a board property, low.
             severity=None if affinity else "low",
         )
+    if unknown:
+        # Unknown is not healthy: a GPU whose node cannot be read is not judged NUMA-local (issue 25: old bindings
+        # without nvmlDeviceGetNumaNodeId on a host whose sysfs says -1 passed here without a judgement).
+        return skip("unknown: %s" % _unknown_note(gpus, unknown).lstrip("; "))
     return result(
         "pass",
         observed,
