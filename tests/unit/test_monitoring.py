@@ -42,6 +42,10 @@ WATCH_METRICS = {
     "gpufleet_watch_finding_since_timestamp_seconds",
     "gpufleet_watch_slurm_drained",
     "gpufleet_watch_slurm_drain_suppressed",
+    "gpufleet_watch_baseline",
+    "gpufleet_watch_baseline_seen",
+    "gpufleet_watch_baseline_differences",
+    "gpufleet_watch_baseline_recorded_timestamp_seconds",
 }
 # node_exporter's textfile collector (collector/textfile.go, Debian 12's 1.5.0) and the scrape's own `up`.
 EXPORTER_METRICS = {"node_textfile_mtime_seconds", "node_textfile_scrape_error", "up"}
