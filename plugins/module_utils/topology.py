@@ -336,7 +336,10 @@ def collect(fs, gpus, run=None):
                                  "hidden, categories are NUMA only (NODE/SYS)")  # fmt: skip
     flat = result["flat"]
 
-    peers = _nvlink_peers(found, bool(pci.scan(fs)["nvswitches"]))
+    # NVSwitches on the PCI bus (HGX A100/H100), or the NVSwitch-management functions of an HGX B200/B100
+    # baseboard's bridge (its NVSwitches are not PCI functions of the host).
+    scan = pci.scan(fs)
+    peers = _nvlink_peers(found, bool(scan["nvswitches"] or scan["nvswitch_bridges"]))
     for g in found:
         dev = devs[g["index"]]
         node = dev["numa_node"] if dev["numa_node"] is not None else g["numa_node"]

@@ -312,3 +312,29 @@ def test_onboard_nic_on_the_root_bus_does_not_make_a_host_flat(roots, tmp_path):
     for bdf in ("0000:38:00.0", "0000:4a:00.0", "0000:b8:00.0", "0000:ca:00.0"):
         (root / "sys/bus/pci/devices" / bdf).unlink()
     assert collect(root, [])["flat"] is False and collect(root, [])["gpus"] == []
+
+
+def test_hgx_b200_links_ride_the_nvswitches_behind_the_baseboard_bridge(roots, tmp_path):
+    """HGX B200: the NVSwitches are no PCI functions of the host; the baseboard's ConnectX-7 bridge carries their
+    management functions (VPD SMDL=SW_MNG). GPUs with their links up but no far ends and no fabric state from NVML
+    (a binding that cannot read them) still reach each other over the switches, as on an HGX H100 whose NVSwitches
+    are on the bus; without the bridge they stay unpaired."""
+    import shutil
+
+    root = tmp_path / "b200"
+    shutil.copytree(roots["hgx_h100_shared"], root, symlinks=True)
+    gpus = nvml_gpus("hgx_h100_shared", fabric=False)
+    assert collect(root, gpus)["matrix"]["GPU0"]["GPU1"] == "PIX"  # no switch known: links cannot be paired
+    for dev in simulators.mkroot().nvswitch_bridge():
+        base = root / "sys" / "devices" / "pci0000:00" / dev["address"]
+        base.mkdir(parents=True)
+        (base / "vendor").write_text("0x15b3\n")
+        (base / "class").write_text("0x020700\n")
+        (base / "device").write_text(dev["device"] + "\n")
+        (base / "vpd").write_bytes(bytes.fromhex(dev["vpd"]))
+        os.symlink(
+            f"../../../devices/pci0000:00/{dev['address']}", root / "sys" / "bus" / "pci" / "devices" / dev["address"]
+        )
+    topo = collect(root, gpus)
+    assert topo["matrix"]["GPU0"]["GPU1"] == "NV18"
+    assert topo["gpus"][0]["nvlink"]["via_nvswitch"] is True
