@@ -83,6 +83,29 @@ def sim_gpu_host(sim_lib: Path, state: Path, **variables) -> dict:
     return local_host(sim_lib_dir=str(sim_lib.parent), sim_state=str(state), **variables)
 
 
+def audit_root_host(sim_lib: Path, root: Path, state: Path, **variables) -> dict:
+    """A local host audited under fixture ``root`` (``gpufleet_audit_root``) with the GPUs of the simulated library's
+    state file ``state`` (``gpufleet_environment``), for the plays of ``audit_play``."""
+    return local_host(
+        gpufleet_audit_root=str(root),
+        gpufleet_environment={"LD_LIBRARY_PATH": str(sim_lib.parent), "FAKE_NVML_STATE": str(state)},
+        **variables,
+    )
+
+
+def sysfs_bus(state: dict[str, str], i: int) -> str:
+    """GPU ``i``'s bus id in a simulated NVML state, NVML's "00000000:18:00.0" as sysfs's "0000:18:00.0"."""
+    return "0000:" + state[f"gpu.{i}.pci_bus_id"].split(":", 1)[1].lower()
+
+
+def findings_of(results: dict, name: str, task: str = "Audit") -> tuple[dict, dict]:
+    """({rule: finding}, facts) of host ``name``'s audit task in a run's per-host results; the host must be ok."""
+    host = results[name]
+    assert host.status == "ok", host.message
+    res = host.results[task]
+    return {f["rule"]: f for f in res["findings"]}, res["facts"]
+
+
 def write_inventory(tmp: Path, hosts: dict[str, dict], name: str = "hosts.yml") -> Path:
     """``tmp/name``: an inventory of ``hosts`` (host name -> variables), all in group ``all``."""
     path = tmp / name

@@ -75,10 +75,6 @@ HOSTS = {
 }
 
 
-def _bus(state: dict[str, str], i: int) -> str:
-    """NVML "00000000:18:00.0" -> sysfs "0000:18:00.0"."""
-    return "0000:" + state[f"gpu.{i}.pci_bus_id"].split(":", 1)[1].lower()
-
 
 @pytest.fixture(scope="module")
 def results(sim_lib, tmp_path_factory):
@@ -98,7 +94,7 @@ def results(sim_lib, tmp_path_factory):
             "nvidia_kernel_module": state["driver_version"],
             "nvidia_kernel_module_open": True,
             "nvidia_library_version": state["driver_version"],
-            "nvidia_pci": mkroot.nvidia_gpus([_bus(full, i) for i in range(on_bus)])
+            "nvidia_pci": mkroot.nvidia_gpus([labkit.sysfs_bus(full, i) for i in range(on_bus)])
             + (mkroot.nvswitches(switches) if switches else []),
             **host_over,
         }
@@ -107,23 +103,13 @@ def results(sim_lib, tmp_path_factory):
             d = root / f"usr/local/cuda-{version.rsplit('.', 1)[0]}"
             d.mkdir(parents=True)
             (d / "version.json").write_text(json.dumps({"cuda": {"name": "CUDA SDK", "version": version}}))
-        hosts[name] = labkit.local_host(
-            gpufleet_audit_root=str(root),
-            gpufleet_environment={
-                "LD_LIBRARY_PATH": str(sim_lib.parent),
-                "FAKE_NVML_STATE": str(host_dir / "nvml.state"),
-            },
-            test_policy=policy,
-        )
+        hosts[name] = labkit.audit_root_host(sim_lib, root, host_dir / "nvml.state", test_policy=policy)
     inventory = labkit.write_inventory(tmp, hosts)
     return run_playbook(str(labkit.write_play(tmp, PLAYBOOK)), str(inventory)).hosts
 
 
 def _findings(results, name):
-    host = results[name]
-    assert host.status == "ok", host.message
-    res = host.results[TASK]
-    return {f["rule"]: f for f in res["findings"]}, res["facts"]
+    return labkit.findings_of(results, name, TASK)
 
 
 def test_healthy_hgx_passes_the_presence_and_stack_rules(results):
