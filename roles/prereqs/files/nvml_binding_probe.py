@@ -24,4 +24,4 @@ for name in ("nvidia-ml-py", "nvidia-ml-py3", "pynvml") if metadata else ():
     if path in files:
         found = (name, dist.version)
         break
-print("%s %s" % found)
+print(" ".join(str(part) for part in found))
