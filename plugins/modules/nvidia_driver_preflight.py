@@ -33,7 +33,7 @@ description:
     installed, IMEX must run at exactly the driver's version (NVIDIA Fabric Manager User Guide - fabric manager aborts
     when the loaded driver's version is not its own). Unless C(fabricmanager) says otherwise, they move when
     NVSwitches are on the PCI bus (NVIDIA functions of class C(0x0680)) or a fabric package is installed. With
-    C(fabric_missing) (fabric packages the package sources lack in the driver's version) the change is V(blocked):
+    C(fabric_missing) (fabric packages the package sources lack in the driver's version) the change is V(blocked) -
     nothing would be removed or installed.
 author:
   - gpufleet contributors (@gpufleet)
