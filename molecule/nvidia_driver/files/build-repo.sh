@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The lab's dummy NVIDIA packages and a flat apt repository of them, built on the controller.
 #
-#   build-repo.sh OUT [EXTRA_DEB_DIR]
+#   build-repo.sh OUT [EXTRA_DEB_DIR] [LEAVE_OUT]
 #
 # OUT gets the .debs, Packages(.gz) and Release: use it as `deb [trusted=yes] file:OUT ./`. Every .deb in
-# EXTRA_DEB_DIR (e.g. python3-apt for a target without it) is added to the repository as it is.
+# EXTRA_DEB_DIR (e.g. python3-apt for a target without it) is added to the repository as it is. LEAVE_OUT names a
+# package none of whose versions the repository offers (e.g. nvidia-fabricmanager-550: a repository without the
+# fabric manager of the driver's version).
 #
 # Packages (names and versions as in NVIDIA's CUDA repository for Ubuntu; each ships only
-# /usr/share/doc/<name>/VERSION and, for the driver and fabric manager, a systemd unit; no kernel module):
+# /usr/share/doc/<name>/VERSION and, for the driver and fabric manager, a systemd unit; no kernel module; the fabric
+# manager's /usr/bin/nv-fabricmanager behaves as NVIDIA's does where the lab can tell: `--version` prints its version,
+# and as a daemon it aborts unless the loaded driver (the simulated NVML's driver_version) is exactly its version):
 #   branch 535: nvidia-driver-535, nvidia-dkms-535, nvidia-fabricmanager-535, libnvidia-nscq-535 (535.183.01-1)
 #   branch 550: nvidia-driver-550 550.54.15-1, 550.90.07-1; nvidia-dkms-550 550.54.15-1, 550.90.07-1;
 #               nvidia-fabricmanager-550 550.54.15-1, 550.90.07-1, 550.127.05-1; libnvidia-nscq-550 550.90.07-1,
@@ -22,6 +26,7 @@ set -euo pipefail
 
 out=${1:?usage: build-repo.sh OUT [EXTRA_DEB_DIR]}
 extra=${2:-}
+leave_out=${3:-}
 for tool in dpkg-deb dpkg-scanpackages; do
   command -v "$tool" >/dev/null || { echo "build-repo: $tool is missing (apt-get install dpkg-dev)" >&2; exit 3; }
 done
@@ -38,7 +43,10 @@ pkg() {
   printf '%s\n' "$version" >"$dir/usr/share/doc/$name/VERSION"
   case $name in
     nvidia-driver-*) unit nvidia-persistenced "NVIDIA Persistence Daemon (gpufleet lab dummy)" ;;
-    nvidia-fabricmanager-*) unit nvidia-fabricmanager "NVIDIA fabric manager service (gpufleet lab dummy)" ;;
+    nvidia-fabricmanager-*)
+      unit nvidia-fabricmanager "NVIDIA fabric manager service (gpufleet lab dummy)" /usr/bin/nv-fabricmanager
+      fabricmanager_binary "${version%-*}"
+      ;;
   esac
   {
     printf 'Package: %s\nVersion: %s\nArchitecture: %s\n' "$name" "$version" "$arch"
@@ -50,11 +58,29 @@ pkg() {
   dpkg-deb --root-owner-group -Zgzip -z1 --build "$dir" "$out/${name}_${version}_$arch.deb" >/dev/null
 }
 
-# unit NAME DESCRIPTION: a unit that runs without a GPU (installed into the package being built, $dir).
+# unit NAME DESCRIPTION [EXEC]: a unit that runs without a GPU (installed into the package being built, $dir).
 unit() {
   mkdir -p "$dir/lib/systemd/system"
-  printf '[Unit]\nDescription=%s\n\n[Service]\nExecStart=/bin/sleep infinity\n\n[Install]\nWantedBy=multi-user.target\n' \
-    "$2" >"$dir/lib/systemd/system/$1.service"
+  printf '[Unit]\nDescription=%s\n\n[Service]\nExecStart=%s\n\n[Install]\nWantedBy=multi-user.target\n' \
+    "$2" "${3:-/bin/sleep infinity}" >"$dir/lib/systemd/system/$1.service"
+}
+
+# fabricmanager_binary UPSTREAM: /usr/bin/nv-fabricmanager of the package being built. Its process name is
+# nv-fabricmanager (a script keeps its own name while it loops), which is how the audit sees it running.
+fabricmanager_binary() {
+  mkdir -p "$dir/usr/bin"
+  cat >"$dir/usr/bin/nv-fabricmanager" <<EOF
+#!/bin/sh
+# gpufleet lab dummy of NVIDIA's nv-fabricmanager $1
+case "\${1:-}" in -v|--version) echo "Fabric Manager version is : $1"; exit 0 ;; esac
+loaded=\$(sed -n 's/^driver_version=//p' /etc/gpufleet-sim/nvml.state 2>/dev/null)
+if [ "\$loaded" != "$1" ]; then
+  echo "fabric manager $1: the loaded driver (\${loaded:-none}) is not compatible, aborting" >&2
+  exit 1
+fi
+while :; do sleep 3600; done
+EOF
+  chmod 0755 "$dir/usr/bin/nv-fabricmanager"
 }
 
 driver() { # BRANCH VERSION
@@ -77,6 +103,9 @@ for v in 550.90.07-1 550.127.05-1; do pkg libnvidia-nscq-550 "$v"; done
 pkg nvidia-driver-550 560.35.03-0gpufleet1 \
   "Provides: nvidia-driver-binary" "Conflicts: nvidia-driver-binary" "Replaces: nvidia-driver-binary"
 rm -rf "$out/src"
+if [ -n "$leave_out" ]; then
+  rm -f "$out/${leave_out}"_*.deb
+fi
 
 if [ -n "$extra" ]; then
   cp "$extra"/*.deb "$out/"

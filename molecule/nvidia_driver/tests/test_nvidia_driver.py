@@ -3,8 +3,11 @@
 The lab repository (files/build-repo.sh) offers branch 550 in two versions, a "transitional" 560 version of
 nvidia-driver-550 that only the pin keeps out, and a fabric manager newer than any driver that SW-FM-001 must
 not take. The policy asks for branch 550; no reboot is allowed. nvidia-driver-busy runs a GPU job (an NVML compute
-process holding /dev/nvidia0): nothing of the driver may change. nvidia-driver-idle does not: it is upgraded and
-its module reloaded. Converge wrote the role's facts to the controller (MOLECULE_EPHEMERAL_DIRECTORY/nvidia_driver/).
+process holding /dev/nvidia0): nothing of the driver may change. nvidia-driver-hgx (an HGX H100: NVSwitches on its
+PCI bus, fabric manager 535 running) runs none: it is hgx with its fabric manager in one transaction, its
+module reloaded and fabric manager runs again at the driver's version; nvidia-driver-hgx-nofm's repository has no
+fabric manager 550: its change is refused and nothing is removed (issue 25). Converge wrote the role's facts, and
+the HGX hosts' audit of the fabric, to the controller (MOLECULE_EPHEMERAL_DIRECTORY/nvidia_driver/).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ PIN_FILE = "/etc/apt/preferences.d/gpufleet-nvidia.pref"
 BLACKLIST = "/etc/modprobe.d/gpufleet-blacklist-nouveau.conf"
 MARKER = "/run/gpufleet/nvidia_driver.reboot-required"
 BUSY = "nvidia-driver-busy"
-IDLE = "nvidia-driver-idle"
+HGX = "nvidia-driver-hgx"
+HGX_NOFM = "nvidia-driver-hgx-nofm"
 NVML_STATE = "/etc/gpufleet-sim/nvml.state"
 
 
@@ -35,10 +39,25 @@ def _name(host) -> str:
 
 
 @pytest.fixture
-def idle(host):
-    """Tests of the upgraded host."""
-    if _name(host) != IDLE:
-        pytest.skip(f"{_name(host)} is not upgraded: see the busy host's tests")
+def refused(host):
+    """Tests of the hosts whose change was refused (a GPU job; no fabric manager 550 in the repository)."""
+    if _name(host) not in (BUSY, HGX_NOFM):
+        pytest.skip(f"{_name(host)} was hgx")
+    return host
+
+
+@pytest.fixture
+def hgx(host):
+    """Tests of the host nothing uses: hgx with its fabric manager, its modules reloaded."""
+    if _name(host) != HGX:
+        pytest.skip(f"{_name(host)} is not hgx: see the refused hosts' tests")
+    return host
+
+
+@pytest.fixture
+def hgx_nofm(host):
+    if _name(host) != HGX_NOFM:
+        pytest.skip(f"{_name(host)} has the full repository")
     return host
 
 
@@ -76,29 +95,29 @@ def _status(host, name: str) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("name", NEW)
-def test_branch_550_installed_at_the_drivers_version(idle, name):
-    status, version = _status(idle, name)
+def test_branch_550_installed_at_the_drivers_version(hgx, name):
+    status, version = _status(hgx, name)
     assert status.endswith("ok installed"), f"{name}: {status or 'not installed'}"
     # Not 560.35.03 (the pin), not 550.54.15 (upgrade within the branch), not 550.127.05 (SW-FM-001).
     assert version == DRIVER
-    assert idle.file(f"/usr/share/doc/{name}/VERSION").content_string.strip() == DRIVER
+    assert hgx.file(f"/usr/share/doc/{name}/VERSION").content_string.strip() == DRIVER
 
 
 @pytest.mark.parametrize("name", OLD)
-def test_branch_535_removed(idle, name):
-    status, _ = _status(idle, name)
+def test_branch_535_removed(hgx, name):
+    status, _ = _status(hgx, name)
     assert not status.endswith("ok installed"), f"{name} is still installed"
-    assert not idle.file(f"/usr/share/doc/{name}/VERSION").exists
+    assert not hgx.file(f"/usr/share/doc/{name}/VERSION").exists
 
 
-def test_packages_held(idle):
-    selections = dict(line.split() for line in idle.check_output("dpkg --get-selections").splitlines())
+def test_packages_held(hgx):
+    selections = dict(line.split() for line in hgx.check_output("dpkg --get-selections").splitlines())
     assert {name: selections.get(name) for name in NEW} == dict.fromkeys(NEW, "hold")
     assert not [name for name in OLD if selections.get(name) == "hold"]
 
 
-def test_pin_file(idle):
-    pin = idle.file(PIN_FILE)
+def test_pin_file(hgx):
+    pin = hgx.file(PIN_FILE)
     assert pin.is_file and pin.user == "root" and pin.mode == 0o644
     # Records in order (apt uses the first that matches a version): the fabric manager at the driver's version,
     # then the branch.
@@ -121,16 +140,16 @@ def _policy(host, name: str) -> tuple[str, dict[str, str]]:
     return candidate, {r[0]: r[1] for r in rows if len(r) == 2 and r[0][:1].isdigit() and r[1].isdigit()}
 
 
-def test_pin_keeps_the_driver_on_the_branch(idle):
+def test_pin_keeps_the_driver_on_the_branch(hgx):
     """The 560 version of nvidia-driver-550 is newer, but the pin ranks every 550.* above it."""
-    candidate, priorities = _policy(idle, "nvidia-driver-550")
+    candidate, priorities = _policy(hgx, "nvidia-driver-550")
     assert candidate == DRIVER
     assert priorities == {"560.35.03-0gpufleet1": "500", DRIVER: "1000", "550.54.15-1": "1000"}
 
 
-def test_pin_keeps_the_fabric_manager_at_the_drivers_version(idle):
+def test_pin_keeps_the_fabric_manager_at_the_drivers_version(hgx):
     """A newer fabric manager (550.127.05) than the driver must not become the candidate."""
-    candidate, priorities = _policy(idle, "nvidia-fabricmanager-550")
+    candidate, priorities = _policy(hgx, "nvidia-fabricmanager-550")
     assert candidate == DRIVER
     assert priorities == {"550.127.05-1": "1000", DRIVER: "1001", "550.54.15-1": "1000"}
 
@@ -152,32 +171,32 @@ def test_reboot_required_reported(host, reported):
     assert reported["nvidia_driver_reboot_required"] is True
     reasons = reported["nvidia_driver_reboot_reasons"]
     assert any(r.startswith("SW-KMOD-001: nouveau blacklist added") for r in reasons), reasons
-    # The idle host's new module was loaded by the reload: its package change needs no reboot; the busy host's
+    # The HGX host's new module was loaded by the reload: its package change needs no reboot; the busy host's
     # packages did not change.
     assert not [r for r in reasons if r.startswith("SW-DRV-001")], reasons
     # Remembered until the reboot (which clears /run), so later runs still report it.
     assert set(host.file(MARKER).content_string.splitlines()) == set(reasons)
 
 
-def test_kernel_findings_reported(idle, reported):
+def test_kernel_findings_reported(hgx, reported):
     """A container has no headers or DKMS for the machine's kernel: reported (kernel_check: warn), not hidden."""
     findings = " ".join(reported["nvidia_driver_kernel_findings"])
     assert "no kernel headers for the running kernel" in findings
     assert "DKMS has not built nvidia 550.90.07" in findings
 
 
-def test_idle_host_upgraded_and_its_module_reloaded(idle, reported):
+def test_idle_host_upgraded_and_its_module_reloaded(hgx, reported):
     """Nothing used the GPUs: the change ran and was finished by reloading the modules (no mismatch left)."""
     assert reported["nvidia_driver_installed_version"] == DRIVER
     assert reported["nvidia_driver_blocked"] is False and reported["nvidia_driver_blocked_reasons"] == []
     assert reported["nvidia_driver_blocked_message"] == ""
     # The lab's modprobe loaded the installed package's "module": NVML now reports 550.90.07.
-    assert _nvml_driver(idle) == "550.90.07"
+    assert _nvml_driver(hgx) == "550.90.07"
 
 
 def test_role_variable_over_the_policy_is_reported(host, reported):
     overrides = reported["nvidia_driver_policy_overrides"]
-    if _name(host) == IDLE:
+    if _name(host) == HGX:
         assert overrides == [
             {
                 "variable": "nvidia_driver_branch",
@@ -217,12 +236,63 @@ def test_busy_host_says_why(busy, reported):
     assert "535.183.01 -> 550.90.07 refused" in message and "version mismatch" in message
 
 
-def test_services_enabled_not_started(host):
-    """Enabled for the next boot; not started while the new driver waits for that reboot."""
-    for unit in ("nvidia-persistenced", "nvidia-fabricmanager"):
-        service = host.service(unit)
-        assert service.is_enabled, unit
-        assert not service.is_running, unit
+def test_services_enabled(host):
+    """Enabled for the next boot. nvidia-persistenced waits for the reboot (nouveau's blacklist); fabric manager runs
+    wherever the driver's own module is loaded under it: restarted after the reload on the hgx hosts, left
+    running on the refused HGX host, never started under the busy host's old module by the role."""
+    persistenced = host.service("nvidia-persistenced")
+    assert persistenced.is_enabled and not persistenced.is_running
+    fabricmanager = host.service("nvidia-fabricmanager")
+    assert fabricmanager.is_enabled
+    assert fabricmanager.is_running is (_name(host) != BUSY)
+
+
+def test_hgx_fabric_manager_runs_at_the_drivers_version(hgx):
+    """The NVSwitches decided it (nvidia_driver_fabricmanager unset): fabric manager 550.90.07 runs under the
+    reloaded 550.90.07 module - the dummy aborts under any other version, as NVIDIA's does."""
+    assert _nvml_driver(hgx) == "550.90.07"
+    assert hgx.check_output("nv-fabricmanager --version") == "Fabric Manager version is : 550.90.07"
+    assert hgx.service("nvidia-fabricmanager").is_running
+    assert hgx.check_output("cat /proc/$(systemctl show -p MainPID --value nvidia-fabricmanager)/comm") == (
+        "nv-fabricmanage"
+    )
+
+
+def test_hgx_audit_passes_the_fabric(hgx, reported):
+    """The audit after the change: SW-FM-001 (4 NVSwitches, fabric manager at the driver's version, running) and
+    GPU-FAB-001 (every GPU registered in the fabric) pass."""
+    assert reported["gpufleet_lab_fabric_status"] == {"SW-FM-001": "pass", "GPU-FAB-001": "pass"}, reported[
+        "gpufleet_lab_fabric_message"
+    ]
+    assert "550.90.07" in reported["gpufleet_lab_fabric_message"]["SW-FM-001"]
+
+
+def test_hgx_without_fabric_manager_550_is_refused_and_named(hgx_nofm, reported):
+    """The repository has driver 550.90.07 but no nvidia-fabricmanager-550: nothing removed, nothing installed,
+    fabric manager 535 still runs under the 535 module, and the audit still passes the fabric."""
+    assert reported["nvidia_driver_blocked"] is True
+    assert reported["nvidia_driver_blocked_reasons"] == [
+        "no nvidia-fabricmanager-550 550.90.07 in the package sources: fabric manager, NSCQ and IMEX must match "
+        "the driver's version exactly (NVIDIA Fabric Manager User Guide)"
+    ]
+    assert reported["nvidia_driver_blocked_message"].startswith(
+        "driver 535.183.01 -> 550.90.07 refused (nothing removed, nothing installed)"
+    )
+    assert _nvml_driver(hgx_nofm) == "535.183.01"
+    assert hgx_nofm.check_output("nv-fabricmanager --version") == "Fabric Manager version is : 535.183.01"
+    assert hgx_nofm.service("nvidia-fabricmanager").is_running
+    assert reported["gpufleet_lab_fabric_status"] == {"SW-FM-001": "pass", "GPU-FAB-001": "pass"}
+
+
+def test_refused_hosts_keep_every_package(refused):
+    """Blocked: no driver or fabric package removed, installed or released, no pin written."""
+    for name in OLD:
+        status, version = _status(refused, name)
+        assert status == "hold ok installed", f"{name}: {status}"
+        assert version == "535.183.01-1"
+    for name in NEW:
+        assert not _status(refused, name)[0].endswith("ok installed"), f"{name} was installed"
+    assert not refused.file(PIN_FILE).exists
 
 
 def test_check_predicted_exactly_what_converge_changed():
