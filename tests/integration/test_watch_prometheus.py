@@ -67,6 +67,11 @@ WATCH_FAMILIES = {
     "gpufleet_watch_last_run_ok",
     "gpufleet_watch_last_success_timestamp_seconds",
     "gpufleet_watch_finding_since_timestamp_seconds",
+    # the hardware baseline the role's first run records (issue 25): recorded, seen, differences, when
+    "gpufleet_watch_baseline",
+    "gpufleet_watch_baseline_seen",
+    "gpufleet_watch_baseline_differences",
+    "gpufleet_watch_baseline_recorded_timestamp_seconds",
 }
 
 _GET = "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())"
