@@ -24,7 +24,7 @@ import json
 import os
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import pci as pci_bus
-from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import read_record, write_atomic
 
 VERSION = 1
 FILE_NAME = "watch-baseline.json"
@@ -89,12 +89,7 @@ def record(facts, now, host):
 
 def read(path):
     """The recorded baseline, or None (none recorded, unreadable, another version)."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (IOError, OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("version") == VERSION else None
+    return read_record(path, VERSION)
 
 
 def write(path, base):

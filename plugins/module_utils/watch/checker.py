@@ -44,7 +44,7 @@ import time
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import audit_core, commands, nvml, probe, prometheus_text
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rules as catalog
-from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import read_record, write_atomic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import balance
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import SEVERITIES, PolicyError, validate
@@ -272,12 +272,7 @@ def changes(previous, current):
 
 
 def read_state(path):
-    try:
-        with open(path) as f:
-            state = json.load(f)
-    except (IOError, OSError, ValueError):
-        return {}
-    return state if isinstance(state, dict) and state.get("version") == STATE_VERSION else {}
+    return read_record(path, STATE_VERSION) or {}
 
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
