@@ -231,3 +231,23 @@ def test_json_is_indented_for_people_and_compact_for_large_fleets(tmp_path, samp
     text = files["json"].read_text()
     assert text.count("\n") == 1 and text.endswith("}\n") and '": ' not in text[:200]
     assert json.loads(text) == json.loads(json.dumps(large))
+
+
+def test_run_directory_swapped_for_a_link_is_not_chmodded(tmp_path, sample, monkeypatch):
+    """A shared reports directory (issue 26): another user who swaps the run directory for a link to a directory of
+    theirs (or the operator's) between mkdir and chmod must not have gpufleet chmod the link's target."""
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o700)
+    os.chmod(victim, 0o700)
+    real_mkdir = os.mkdir
+
+    def mkdir_then_swap(path, mode=0o777, *args, **kwargs):
+        real_mkdir(path, mode, *args, **kwargs)
+        if Path(path).parent.name == "reports":
+            os.rmdir(path)
+            os.symlink(victim, path)
+
+    monkeypatch.setattr(writer.os, "mkdir", mkdir_then_swap)
+    with pytest.raises(OSError):
+        writer.write_all(sample, tmp_path / "reports", stamp="20261101T083127Z")
+    assert _mode(victim) == 0o700

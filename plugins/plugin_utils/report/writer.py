@@ -175,7 +175,13 @@ def _make_run_dir(out_dir: Path, stamp: str) -> Path:
             os.mkdir(candidate, DIR_MODE)
         except FileExistsError:
             continue
-        os.chmod(candidate, DIR_MODE)  # mkdir's mode is filtered by the umask
+        # mkdir's mode is filtered by the umask: set it on the directory just made, through a descriptor that
+        # refuses a link swapped in since (a shared reports directory: never chmod by name)
+        fd = os.open(candidate, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, DIR_MODE)
+        finally:
+            os.close(fd)
         return candidate
     raise FileExistsError(f"{out_dir / stamp} and {_MAX_SUFFIX - 1} suffixed variants already exist")
 
