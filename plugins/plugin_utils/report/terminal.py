@@ -3,16 +3,17 @@
 # Apache-2.0
 """The report for a terminal: a fixed-width table hosts x areas, the findings per host, then totals.
 
-Values from hosts are printed with control characters escaped (``\\x1b``, ``\\n``), so a hostile host name or
-observed value cannot move the cursor, recolour or forge lines; colour codes come only from here.
+Values from hosts are printed through ``clean`` (module_utils/text.py, the one cleaner of host strings: control
+characters, line separators and bidi controls escaped, ``\\x1b``, ``\\n``, ``\\u202e``), so a hostile host name or
+observed value cannot move the cursor, recolour, reorder or forge lines; colour codes come only from here.
 """
 
 from __future__ import annotations
 
-import re
 import textwrap
 from collections import Counter
-from typing import Any
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils.text import clean
 
 from . import schema
 from .devices import failing_devices, focus, others_text
@@ -24,9 +25,6 @@ MAX_VALUE_LINES = 6  # ... up to this many; the rest is counted (report.json has
 _BAD = "\x1b[1;97;41m"  # the failing devices in a value
 
 _SHORT = {"critical": "CRIT", "high": "HIGH", "medium": "MED", "low": "LOW", "info": "INFO"}
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
-
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _RESET = "\x1b[0m"
 _SEVERITY_COLOR = {
     "critical": "\x1b[1;97;41m",
@@ -54,18 +52,6 @@ _DOWN_LABELS = {
     "timeout": "TIMED OUT",
     "interrupted": "NOT AUDITED (run interrupted)",
 }
-
-
-def clean(value: Any) -> str:
-    """``value`` as one printable line: control characters become visible escapes."""
-
-    def esc(m: re.Match) -> str:
-        ch = m.group(0)
-        if ch in _NAMED:
-            return _NAMED[ch]
-        return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
-
-    return _CONTROL.sub(esc, "" if value is None else str(value))
 
 
 def _fit(text: str, width: int) -> str:
