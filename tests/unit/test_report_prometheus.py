@@ -7,6 +7,7 @@ dedicated test skips, saying so, and the other tests still check the format with
 
 from __future__ import annotations
 
+import random
 import re
 import shutil
 import subprocess
@@ -14,6 +15,8 @@ import warnings
 from datetime import datetime, timezone
 
 import pytest
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils import fleet
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import prometheus
 from report_fixtures import load
 
@@ -21,6 +24,7 @@ FAMILIES = [
     "gpufleet_finding",
     "gpufleet_host_up",
     "gpufleet_host_findings",
+    "gpufleet_unknown_findings",
     "gpufleet_audit_timestamp_seconds",
     "gpufleet_audit_complete",
 ]
@@ -219,8 +223,10 @@ def test_hostile_labels_round_trip_and_inject_nothing():
 
 
 def test_backslash_in_a_rule_label():
+    """Label values are escaped, a catalog's rule id as much as a host name."""
     report = {
         "run": {"finished_at": "2026-01-01T00:00:00Z", "complete": True},
+        "catalog": [{"id": 'R\\"-1\n', "area": "cpu", "severity": "low"}],
         "hosts": {
             "h\\1": {
                 "status": "ok",
@@ -236,6 +242,80 @@ def test_backslash_in_a_rule_label():
 
 def test_duplicate_rule_results_give_one_series():
     f = {"rule": "GPU-PWR-001", "status": "fail", "severity": "high", "area": "power"}
-    report = {"hosts": {"h": {"status": "ok", "findings": [f, dict(f, status="warn")]}}}
+    report = {"hosts": {"h": {"status": "ok", "findings": [f, dict(f, status="warn")]}}, "catalog": rules.catalog()}
     m = parse(render(report))
     assert len(m["gpufleet_finding"]["samples"]) == 1
+    assert m["gpufleet_unknown_findings"]["samples"] == [({"host": "h"}, 0.0)]
+
+
+# ------------------------------------------------------------------ series bounded by the catalog (issue 26)
+
+INJECTION = 'X"} 1\nfake_metric 2'
+
+
+def _hostile_result(count=10_000):
+    """A host's audit result as a hostile (or broken) host can return it: thousands of random rule ids, a rule id
+    that tries to end its label and start a metric, a catalog rule with an unknown area or severity or status, and
+    keys that try to name other hosts."""
+    rng = random.Random(26)
+    findings = [
+        {"rule": f"X-{rng.getrandbits(48):012x}", "status": "fail", "severity": "critical", "area": "power"}
+        for _ in range(count)
+    ]
+    findings += [
+        {"rule": INJECTION, "status": "fail", "severity": "high", "area": "power"},
+        {"rule": "GPU-PWR-002", "status": "fail", "severity": "high", "area": "urgent\n"},  # exported, catalog area
+        {"rule": "GPU-PWR-001", "status": "fail", "severity": "urgent\n", "area": "power"},
+        {"rule": "HOST-CPU-002", "status": "warn", "severity": "critical", "area": "cpu"},  # policy may raise it
+        {"rule": "GPU-ECC-001", "status": "urgent", "severity": "high", "area": "health"},
+        {"rule": ["GPU-PWR-003"], "status": "fail", "severity": "high", "area": "power"},
+    ]
+    return {
+        "changed": False,
+        "findings": findings,
+        "facts": {},
+        "host": "another-host",
+        "hosts": {"injected-host": {"status": "ok", "findings": findings[:3]}},
+        "links": {"source": "none", "peers": [], "site": 'x"} 1\nfake_site 1'},
+    }
+
+
+def test_a_host_cannot_add_series():
+    """Only catalog rules x known labels get their own series; everything else is one counter per host."""
+    report = fleet.build_report({"gpu-01": _hostile_result(), "gpu-02": None}, started_at="2026-12-01T00:00:00+00:00")
+    text = render(report)  # promtool check metrics, when installed
+    m = parse(text)
+    assert list(m) == FAMILIES
+    samples = sum(len(f["samples"]) for f in m.values())
+    assert len(text.splitlines()) == 2 * len(FAMILIES) + samples  # HELP + TYPE per family, then samples only
+    assert not [line for line in text.splitlines() if line.startswith(("fake", "X", "gpufleet_fake"))]
+    catalog = {r.id: r for r in rules.RULES}
+    exported = [labels for labels, _ in m["gpufleet_finding"]["samples"]]
+    assert sorted((s["rule"], s["severity"], s["status"]) for s in exported) == [
+        ("GPU-PWR-002", "high", "fail"),
+        ("HOST-CPU-002", "critical", "warn"),  # a known severity other than the catalog's (policy) is kept
+    ]
+    assert all(s["area"] == catalog[s["rule"]].area for s in exported)  # the catalog's area, not the host's claim
+    hosts = {labels["host"] for family in m.values() for labels, _ in family["samples"] if "host" in labels}
+    assert hosts == {"gpu-01", "gpu-02"}  # the inventory's names only
+    assert m["gpufleet_unknown_findings"]["samples"] == [({"host": "gpu-01"}, 10_004.0)]
+    assert m["gpufleet_unknown_findings"]["type"] == "gauge"
+    assert len(m["gpufleet_finding"]["samples"]) <= len(catalog)
+
+
+def test_series_stay_bounded_as_a_host_returns_more():
+    """The number of lines does not grow with the number of unknown rule ids a host returns."""
+    small = render(fleet.build_report({"gpu-01": _hostile_result(10)}))
+    large = render(fleet.build_report({"gpu-01": _hostile_result(5_000)}))
+    assert len(small.splitlines()) == len(large.splitlines())
+    assert 'gpufleet_unknown_findings{host="gpu-01"} 14' in small
+    assert 'gpufleet_unknown_findings{host="gpu-01"} 5004' in large
+
+
+def test_a_report_without_a_catalog_exports_no_finding_series():
+    """The catalog bounds the series: without one, no rule is known, and the findings are counted."""
+    f = {"rule": "GPU-PWR-001", "status": "fail", "severity": "high", "area": "power"}
+    m = parse(render({"hosts": {"h": {"status": "ok", "findings": [f]}}}))
+    assert m["gpufleet_finding"]["samples"] == []
+    assert m["gpufleet_unknown_findings"]["samples"] == [({"host": "h"}, 1.0)]
+    assert ({"host": "h", "severity": "high"}, 1.0) in m["gpufleet_host_findings"]["samples"]

@@ -137,7 +137,11 @@ def test_textfile_finding_series_are_the_controller_reports(tmp_path):
     state = {"findings": checker.state_entries(FINDINGS, {}, 100.0), "last_success": 100.0}
     run = {"finished": 100.0, "wall": 1.5, "cpu": 0.25}
     watch = checker.textfile(_config(), _result(FINDINGS), state, run)
+    from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
+
+    # The controller exports only its catalog's rules (issue 26): its report carries the catalog, as fleet writes it.
     report = {"hosts": {"gpu-7": {"status": "ok", "findings": FINDINGS}}, "run": {"complete": True}}
+    report["catalog"] = rules.catalog()
     audit = render_prometheus(report)
 
     def series(text, family):

@@ -7,6 +7,15 @@ Point node_exporter's ``--collector.textfile.directory`` at ``<report dir>/lates
 atomically, so the collector never reads half a file. Samples carry no timestamps (the textfile collector
 rejects them); the audit time is its own metric.
 
+Bounded by the controller, not by the hosts: a host's result cannot add a series. A finding is exported as its
+own ``gpufleet_finding`` series only for a rule of the report's catalog (the controller writes its rule catalog,
+``module_utils/rules``, into every report: ``fleet.build_report``), with a severity of the schema (a policy may
+override a rule's severity, so any known one is accepted) and the catalog's area (not the host's); each label value
+comes from those fixed sets or from the inventory's host names. A finding with a rule id outside the catalog or an
+unknown severity, and a result whose status is outside the schema, is counted in one
+``gpufleet_unknown_findings{host}`` series per audited host instead: at most catalog x host series, whatever a
+host returns (10,000 random rule ids give one counter of 10,000).
+
 Only hosts that were audited (status ``ok``) export finding series: a host that was not (unreachable, failed,
 timeout, interrupted) has no ``gpufleet_finding`` and no ``gpufleet_host_findings``, so a dashboard never reads
 a down host as clean; ``gpufleet_host_up{status=...} 0`` says why. Every family is a gauge, so no name ends in
@@ -72,30 +81,42 @@ def _status(host: Any) -> str:
     return status if status in schema.HOST_STATUSES else "failed"
 
 
+def catalog_areas(report: dict) -> dict[str, str]:
+    """Rule id -> area of the report's catalog: the rules the export names (an entry whose area is not one of the
+    schema's is left out)."""
+    return {
+        rid: entry["area"] for rid, entry in schema.catalog_index(report).items() if entry.get("area") in schema.AREAS
+    }
+
+
 def render_prometheus(report: dict, now: datetime | None = None) -> str:
     """The textfile for ``report``. ``now`` stands in for the audit time when the report has none."""
     hosts = report.get("hosts") if isinstance(report.get("hosts"), dict) else {}
     run = report.get("run") if isinstance(report.get("run"), dict) else {}
     families: list[tuple[str, str, list[str]]] = []
 
+    areas = catalog_areas(report)
     findings: list[str] = []
+    unknown: dict[str, int] = {}
     seen: set[tuple[str, str]] = set()
     audited = {name: host for name, host in sorted(hosts.items()) if _audited(host)}
     for name, host in audited.items():
+        unknown[name] = 0
         for f in sorted(schema.host_findings(host), key=schema.finding_sort_key):
+            if f.get("status") not in schema.STATUSES:
+                unknown[name] += 1
+                continue
             if not schema.is_finding(f):
                 continue
-            key = (str(name), str(f.get("rule")))
+            rule, severity = f.get("rule"), f.get("severity")
+            if not isinstance(rule, str) or rule not in areas or severity not in schema.SEVERITIES:
+                unknown[name] += 1
+                continue
+            key = (str(name), rule)
             if key in seen:  # one series per host and rule: a duplicate would make node_exporter drop the file
                 continue
             seen.add(key)
-            labels = _labels(
-                host=name,
-                rule=f.get("rule", ""),
-                severity=f.get("severity", ""),
-                area=f.get("area", ""),
-                status=f.get("status"),
-            )
+            labels = _labels(host=name, rule=rule, severity=severity, area=areas[rule], status=f["status"])
             findings.append(f"{PREFIX}_finding{labels} 1")
     families.append(("finding", "A failing or warning gpufleet finding on a host (always 1 while it lasts).", findings))
 
@@ -124,6 +145,15 @@ def render_prometheus(report: dict, now: datetime | None = None) -> str:
             "Failing and warning findings on an audited host, by severity "
             "(no series for a host that was not audited: see gpufleet_host_up).",
             totals,
+        )
+    )
+
+    families.append(
+        (
+            "unknown_findings",
+            "Results of an audited host not exported as their own series: a failing or warning finding whose rule is "
+            "not in the report's catalog or whose severity is unknown, or a result whose status is unknown.",
+            [f"{PREFIX}_unknown_findings{_labels(host=name)} {n}" for name, n in unknown.items()],
         )
     )
 
