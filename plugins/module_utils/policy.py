@@ -14,6 +14,7 @@ __metaclass__ = type
 
 import copy
 import ipaddress
+import re
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 AREAS = ("memory", "cpu", "network", "power", "software", "health")
@@ -154,6 +155,11 @@ SPEC = {
         "textfile_dir": ("/var/lib/prometheus/node-exporter", "str",
                          "The directory of node_exporter's textfile collector (the default of Debian's and "
                          "Ubuntu's prometheus-node-exporter); the checker writes gpufleet.prom there."),
+        "textfile_owner": (None, "str",
+                           "The one user besides root that may own and write watch.textfile_dir (a user name or "
+                           "uid), where node_exporter's package makes that directory its user's; null: it must be "
+                           "root's. The checker runs as root and refuses a directory any other user can write, or "
+                           "a world-writable one (that user could redirect its write to another file)."),
         "state_file": ("/var/lib/gpufleet/watch-state.json", "str",
                        "The checker's last findings, to log what changed between runs."),
         "probe_seconds": (0, "number",
@@ -450,6 +456,10 @@ def _validate_watch(policy):
         value = watch.get(key)
         if value is not None and not value.startswith("/"):
             raise PolicyError("policy.watch.%s: must be an absolute path, got %r" % (key, value))
+    owner = watch.get("textfile_owner")
+    if owner is not None and not re.match(r"^([a-z_][a-z0-9_.-]{0,31}|[0-9]+)\Z", owner):
+        raise PolicyError("policy.watch.textfile_owner: must be a user name (lowercase letters, digits, _ . -) or a "
+                          "uid, got %r" % owner)
     probe_seconds = watch.get("probe_seconds")
     if probe_seconds is not None and not 0 <= probe_seconds <= 30:
         raise PolicyError("policy.watch.probe_seconds: must be 0 (off) to 30 seconds, got %r" % probe_seconds)

@@ -12,7 +12,8 @@ reader options) and a systemd timer. Nothing else is needed on the host at run t
 
 - ``run`` (the timer, or Slurm's HealthCheckProgram): one check; writes ``<watch.textfile_dir>/gpufleet.prom``
   (node_exporter's textfile collector) and ``watch.state_file`` atomically; logs one line per run and one per
-  finding that started or cleared (stdout: the journal under systemd); with ``watch.slurm.drain``, drains or
+  finding that started or cleared (stdout: the journal under systemd; each line through ``text.clean``, so a
+  newline or escape sequence in a process name or kernel-log line stays inside its line); with ``watch.slurm.drain``, drains or
   resumes this host's Slurm node (``watch/slurm.py``) for the findings of the drain rules only, a kernel-log event
   only until a resume followed it (``watch/drain.py``; its position is kept in the state file, key ``drain``).
   Exit 0 when the host was checked, 2 when it could not be.
@@ -44,10 +45,11 @@ import time
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import audit_core, commands, nvml, probe, prometheus_text
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rules as catalog
-from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import read_record, write_atomic
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import UnsafeDirectory, read_record, write_atomic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import balance
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import SEVERITIES, PolicyError, validate
+from ansible_collections.gpufleet.tuning.plugins.module_utils.text import clean
 from ansible_collections.gpufleet.tuning.plugins.module_utils.watch import baseline, drain, slurm
 
 DEFAULT_CONFIG = "/etc/gpufleet/watch.json"
@@ -430,7 +432,7 @@ def npd_message(config, result, problem_list):
         return "gpufleet: could not check the host"
     if not problem_list:
         return "gpufleet: no %s+ findings" % config["policy"]["watch"]["problem_severity"]
-    text = "gpufleet: " + "; ".join(("%s %s" % (f["rule"], where(f))).strip() for f in problem_list)
+    text = clean("gpufleet: " + "; ".join(("%s %s" % (f["rule"], where(f))).strip() for f in problem_list))
     return text if len(text) <= NPD_MESSAGE_MAX else text[:NPD_MESSAGE_MAX - 3] + "..."
 
 
@@ -456,7 +458,9 @@ def main(argv=None, version=None, out=None):
     args = parser.parse_args(argv)
 
     def log(line):
-        out.write(line + "\n")
+        # One journal line per event: whatever a host put in it (a process name, a kernel-log line, Slurm's
+        # answer) is escaped, so it can neither forge a line nor reach the terminal of whoever reads the journal.
+        out.write(clean(line) + "\n")
         out.flush()
 
     started = time.time()
@@ -533,11 +537,17 @@ def main(argv=None, version=None, out=None):
         state["slurm"], state["drain"] = slurm_step(config, result, previous, commands.runner(HostModule({})), log)
     log(summary_line(config, result, problem_list, run, (state.get("baseline") or {}).get("differences")))
     status = EXIT_OK if result is not None else EXIT_UNKNOWN
-    try:
-        write_atomic(watch["state_file"], json.dumps(state, indent=1, sort_keys=True) + "\n", mode=0o644)
-        write_atomic(os.path.join(watch["textfile_dir"], TEXTFILE_NAME), textfile(config, result, state, run),
-                     mode=0o644)
-    except (IOError, OSError) as exc:
-        log("gpufleet-watch: cannot write the outputs: %s" % exc)
-        status = EXIT_UNKNOWN
+    # Each output on its own: a textfile directory refused (another user can write it) still leaves the state.
+    for path, text, owner in (
+            (watch["state_file"], lambda: json.dumps(state, indent=1, sort_keys=True) + "\n", None),
+            (os.path.join(watch["textfile_dir"], TEXTFILE_NAME), lambda: textfile(config, result, state, run),
+             watch.get("textfile_owner"))):
+        try:
+            write_atomic(path, text(), mode=0o644, owner=owner)
+        except UnsafeDirectory as exc:
+            log("gpufleet-watch: not written: %s" % exc)
+            status = EXIT_UNKNOWN
+        except (IOError, OSError) as exc:
+            log("gpufleet-watch: cannot write %s: %s" % (path, exc))
+            status = EXIT_UNKNOWN
     return status
