@@ -35,6 +35,9 @@ class UnsafeDirectory(OSError):
     user or the named owner: writing there as root could be redirected. The message names the directory, its owner
     and mode, and the fix."""
 
+    def __str__(self):
+        return self.strerror
+
 
 def read_record(path, version):
     """The JSON object at ``path`` when its ``version`` is ``version``; None when the file is missing, unreadable,
