@@ -68,13 +68,17 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ topo.topology.gres }}"
 
-- name: Write each host's gres.conf lines on the controller (nothing changes on the host)
+# The lines are the host's own account of itself: gpufleet topology --gres
+# (/etc/slurm/gres.conf.d/gpufleet.conf) puts NodeName= from the inventory and
+# takes from a host only Type, File, Cores, Links and Flags of the shapes this
+# module writes. Keep such a check wherever the lines are copied by hand.
+- name: Keep each host's lines for a review on the controller (nothing changes on the host)
   ansible.builtin.copy:
     content: |
-      {% for line in topo.topology.gres %}
+      {% for line in topo.topology.gres if line is match('^Name=gpu( (Type|File|Cores|Links|Flags)=[^\s#=]+)+$') %}
       {{ line }}
       {% endfor %}
-    dest: "/tmp/gres/{{ inventory_hostname }}.conf"
+    dest: "{{ playbook_dir }}/reports/gres/{{ inventory_hostname }}.conf"
     mode: "0644"
   delegate_to: localhost
 """

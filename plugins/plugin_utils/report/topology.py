@@ -6,7 +6,8 @@ matrix as ``nvidia-smi topo -m`` lays it out, its legend, the bindings per GPU, 
 of a group of hosts. Pure functions of the facts: no host is read here.
 
 Every value comes from a host, so the text views escape control characters (terminal.clean) and the gres.conf
-fragment takes only lines of the shape it expects (one ``Name=gpu ... File=...`` line, no newline, no ``#``).
+fragment takes from a host only ``Type``, ``File``, ``Cores``, ``Links`` and ``Flags`` of the shapes the module writes
+(GRES_KEYS), after the ``NodeName=`` of the inventory and ``Name=gpu``; any other line is dropped with a warning.
 """
 
 from __future__ import annotations
@@ -35,12 +36,50 @@ _NVLINK = re.compile(r"^NV\d+$")
 # takes the lines that name it); Links= requires a line with a single File; Cores= holds Slurm's core indexes
 # (Core L# of `lstopo -l`: the first core of the first socket is 0), not the OS's CPU ids, which differ when SMT is
 # on - module_utils/topology.py computes them, this module only places the lines.
-_GRES_LINE = re.compile(r"^Name=gpu( [A-Za-z]+=[^\s#=]+)+$")
+#
+# A host's lines are its own account of itself, and a host can lie: a second NodeName= (or a newline, a '#') would
+# point Slurm's configuration of another node at it. So the controller puts NodeName= (the inventory's name, never
+# the host's text) and Name=gpu itself, and takes from the host only these keys, once each, with values of these
+# shapes; a line with anything else is dropped and the host named in a warning.
+GRES_KEYS = {
+    "Type": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"),  # module_utils/topology.py gres_type: h100, rtx_6000_ada
+    "File": re.compile(r"/dev/nvidia(0|[1-9][0-9]{0,3})"),  # the GPU's device node (the module's only File)
+    "Cores": re.compile(r"[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?)*"),  # a core list: 0-55,112-167
+    "Links": re.compile(r"-?[0-9]{1,3}(,-?[0-9]{1,3})*"),  # one int per GPU, -1 for itself: -1,18,18,18
+    "Flags": re.compile(
+        r"(CountOnly|explicit|one_sharing|all_sharing|nvidia_gpu_env|amd_gpu_env|intel_gpu_env|opencl_env|no_gpu_env)"
+        r"(,(CountOnly|explicit|one_sharing|all_sharing|nvidia_gpu_env|amd_gpu_env|intel_gpu_env|opencl_env|"
+        r"no_gpu_env))*"
+    ),
+}
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class GresError(ValueError):
-    """A host whose name or gres lines cannot go into a gres.conf as they are."""
+    """A host whose name cannot go into a gres.conf as it is."""
+
+
+def gres_line_error(line: Any) -> str | None:
+    """Why a host's gres line cannot go into gres.conf (None: it can): it must be ``Name=gpu`` then ``Key=value``
+    fields of GRES_KEYS only, each once, File among them, each value of its key's shape."""
+    if not isinstance(line, str):
+        return f"not a string ({type(line).__name__})"
+    fields = line.split(" ")
+    if fields[0] != "Name=gpu":
+        return "it does not start with 'Name=gpu'"
+    seen = set()
+    for field in fields[1:]:
+        key, eq, value = field.partition("=")
+        if key not in GRES_KEYS:
+            return f"key {clean(key)!r} is not one gpufleet takes from a host (allowed: {', '.join(GRES_KEYS)})"
+        if not eq or not GRES_KEYS[key].fullmatch(value):
+            return f"{key}={clean(value)!r} is not a {key} value"
+        if key in seen:
+            return f"{key} appears twice"
+        seen.add(key)
+    if "File" not in seen:
+        return "no File= (one line per GPU device)"
+    return None
 
 
 def _dict(value: Any) -> dict:
@@ -278,32 +317,42 @@ def render_host(name: str, host: Any) -> str:
 # ------------------------------------------------------------------------------------------------ gres.conf
 
 
-def gres_lines(name: str, topo: Any) -> list[str]:
-    """The host's gres.conf lines, each with ``NodeName=<name>`` first. Raises GresError when the host's name is
-    not a Slurm node name or a line is not one ``Name=gpu ...`` line of key=value fields."""
+def gres_lines(name: str, topo: Any, warnings: list[str] | None = None) -> list[str]:
+    """The host's gres.conf lines, each with ``NodeName=<name>`` first (the inventory's name). Raises GresError when
+    the name is not a Slurm node name. A line of the host that is not one ``Name=gpu`` line of the keys in GRES_KEYS
+    (gres_line_error) is dropped, with a warning naming the host and the line appended to ``warnings``."""
     if not _NODE_NAME.match(str(name)):
         raise GresError(f"{name!r}: not a node name gres.conf can carry (letters, digits, '.', '_', '-')")
     lines = []
     for line in _list(_dict(topo).get("gres")):
-        if not isinstance(line, str) or not _GRES_LINE.match(line):
-            raise GresError(f"{name}: unexpected gres line {clean(line)!r} (expected 'Name=gpu Key=value ...')")
+        why = gres_line_error(line)
+        if why:
+            if warnings is not None:
+                warnings.append(f"{name}: gres line {clean(line)!r} dropped: {why}")
+            continue
         lines.append(f"NodeName={name} {line}")
     return lines
 
 
-def gres_fragment(hosts: dict[str, Any], generated: str = "") -> str:
+def gres_fragment(hosts: dict[str, Any], generated: str = "", warnings: list[str] | None = None) -> str:
     """The gres.conf fragment of ``hosts`` (name -> topology facts), hosts by name, one line per GPU. Hosts without
-    GPUs or without topology are named in a comment, not left out silently."""
+    GPUs or without topology, and hosts with dropped lines (each in ``warnings``), are named in a comment, not left
+    out silently."""
     out = [
         "# gres.conf fragment written by gpufleet topology" + (f" ({generated})" if generated else ""),
         "# One line per GPU (Links= needs a single File per line). Cores= are Slurm's core indexes; see gres.conf(5).",
     ]
     for name in sorted(hosts):
         topo = _dict(hosts[name])
-        lines = gres_lines(name, topo) if topo.get("available") else []
+        mine: list[str] = []
+        lines = gres_lines(name, topo, mine) if topo.get("available") else []
+        if mine:
+            out.append(f"# {clean(name)}: {len(mine)} gres line(s) dropped (not what gpufleet's module writes)")
+            if warnings is not None:
+                warnings.extend(mine)
         if lines:
             out.extend(lines)
-        else:
+        elif not mine:
             reason = "no GPU" if topo.get("available") else clean(topo.get("error") or "no topology")
             out.append(f"# {clean(name)}: no lines ({reason})")
     return "\n".join(out) + "\n"

@@ -82,14 +82,15 @@ def _gres_targets(where: str, hosts: dict[str, dict[str, Any]]) -> dict[Path, di
     return {path: hosts}
 
 
-def write_gres(where: str, hosts: dict[str, dict[str, Any]]) -> list[Path]:
+def write_gres(where: str, hosts: dict[str, dict[str, Any]], warnings: list[str] | None = None) -> list[Path]:
     """Write the fragment(s) atomically (a reader sees the old file or the new one). Every file's text is built
-    before the first is written: a host whose lines cannot go into gres.conf stops the write (GresError)."""
+    before the first is written: a host whose name cannot go into gres.conf stops the write (GresError); a host's
+    line that is not what gpufleet's module writes is dropped and named in ``warnings``."""
     from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
     from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import topology as view
 
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    texts = {path: view.gres_fragment(group, stamp) for path, group in _gres_targets(where, hosts).items()}
+    texts = {path: view.gres_fragment(group, stamp, warnings) for path, group in _gres_targets(where, hosts).items()}
     for path, text in texts.items():
         write_atomic(str(path.resolve()), text)
     return sorted(texts)
@@ -107,16 +108,28 @@ def run(args: argparse.Namespace) -> int:
     for i, name in enumerate(sorted(hosts)):
         print(("\n" if i else "") + view.render_host(name, hosts[name]))
     read = {n: h["topology"] for n, h in hosts.items() if h["status"] == "ok"}
-    if args.json:
-        write_atomic(str(Path(args.json).resolve()), json.dumps(hosts, indent=2, sort_keys=True) + "\n")
-        print(f"gpufleet: wrote {args.json}", file=sys.stderr)
     code = exits.EXIT_OK
-    if args.gres:
+    if args.json:
         try:
-            for path in write_gres(args.gres, read):
+            write_atomic(str(Path(args.json).resolve()), json.dumps(hosts, indent=2, sort_keys=True) + "\n")
+            print(f"gpufleet: wrote {args.json}", file=sys.stderr)
+        except OSError as exc:  # fileio.UnsafeDirectory among them: a directory another user can write
+            print(f"gpufleet: --json {args.json}: {exc}", file=sys.stderr)
+            code = exits.EXIT_USAGE
+    if args.gres:
+        warnings: list[str] = []
+        try:
+            for path in write_gres(args.gres, read, warnings):
                 print(f"gpufleet: wrote {path}", file=sys.stderr)
         except view.GresError as exc:
             print(f"gpufleet: --gres {args.gres}: {exc}; nothing written", file=sys.stderr)
+            code = exits.EXIT_HOSTS
+        except OSError as exc:
+            print(f"gpufleet: --gres {args.gres}: {exc}", file=sys.stderr)
+            code = exits.EXIT_USAGE
+        for warning in warnings:
+            print(f"gpufleet: warning: {warning}", file=sys.stderr)
+        if warnings and code == exits.EXIT_OK:
             code = exits.EXIT_HOSTS
     if result.interrupted:
         print(f"gpufleet: interrupted by {result.interrupted}", file=sys.stderr)
