@@ -35,7 +35,9 @@ from .topology import html_view as topology_view
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "report.html.j2"
 AREA_LABELS = {"cpu": "CPU"}
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+# C0 controls but tab/newline/CR, DEL, C1, lone surrogates, and the bidi controls (embeddings, overrides, isolates,
+# LRM/RLM/ALM) that would reorder what a reader sees: a host name or a GPU name never needs one (issue 26).
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 MAX_ITEM_ROWS = 256  # per finding; the rest is counted, the JSON report has them all
 INLINE_WIDTH = 40  # observed/expected up to this many characters are shown inline
 ONE_LINE_WIDTH = 100  # longer ones in a block, on one (wrapped) line up to this, else a line per key or item
@@ -86,7 +88,8 @@ def environment() -> jinja2.Environment:
 
 
 def _printable(value: Any) -> Any:
-    """Data strings lose the characters HTML may not carry (C0 controls but tab/newline/CR, DEL, C1)."""
+    """Data strings lose the characters HTML may not carry (C0 controls but tab/newline/CR, DEL, C1) and the bidi
+    controls (each becomes U+FFFD, so the reader sees that something was there)."""
     if isinstance(value, str) and not isinstance(value, Markup):
         return _CONTROL.sub("\ufffd", value)
     return value

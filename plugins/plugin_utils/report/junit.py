@@ -6,7 +6,10 @@
 fail -> <failure>, error -> <error>, skip -> <skipped/>, warn -> passed, with the warning in <system-out>.
 A host that was not audited (unreachable, failed, timeout, interrupted) is one testcase with an <error>.
 Built with xml.etree, so every value is escaped;
-characters XML 1.0 cannot carry at all (most C0 controls) are replaced by U+FFFD first.
+characters XML 1.0 cannot carry at all (most C0 controls) are replaced by U+FFFD first, and so are DEL, the C1
+controls and the bidi controls (XML carries them, but a CI page or log would show them acting). A testcase's class
+is ``<host>.<area>`` with the catalog's area of the rule (else one of the schema's areas, else ``unknown``): a host
+cannot name classes of its own.
 """
 
 from __future__ import annotations
@@ -17,12 +20,16 @@ from typing import Any
 
 from . import schema
 
-# Everything outside XML 1.0's Char production: C0 controls but tab/newline/CR, surrogates, U+FFFE/U+FFFF.
-_INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+# Everything outside XML 1.0's Char production: C0 controls but tab/newline/CR, surrogates, U+FFFE/U+FFFF; and
+# what XML carries but a CI page or log should not show acting (issue 26): DEL and C1 controls (CSI \x9b, NEL
+# \x85) and the bidi controls that reorder what a reader sees.
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]"
+)
 
 
 def _x(value: Any) -> str:
-    return _INVALID_XML.sub("\ufffd", "" if value is None else str(value))
+    return _UNSAFE.sub("\ufffd", "" if value is None else str(value))
 
 
 def _sources(refs: Any) -> str:
@@ -85,10 +92,11 @@ def build_junit(report: dict) -> ET.Element:
             rule = _x(f.get("rule"))
             entry = catalog.get(str(f.get("rule")), {})
             title = _x(f.get("title") or entry.get("title") or "")
+            area = entry.get("area") if entry.get("area") in schema.AREAS else f.get("area")
             case = ET.SubElement(
                 suite,
                 "testcase",
-                classname=f"{name}.{_x(f.get('area') or 'unknown')}",
+                classname=f"{name}.{area if area in schema.AREAS else 'unknown'}",
                 name=f"{rule} {title}".strip(),
             )
             counts["tests"] += 1

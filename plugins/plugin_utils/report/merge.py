@@ -48,7 +48,9 @@ class MergeError(ValueError):
     """The inputs cannot be merged; the message names the inputs and why. ``labels``: the inputs at fault."""
 
     def __init__(self, message: str, labels: list[str] | None = None) -> None:
-        super().__init__(message)
+        # One printable line: it quotes host names and what hosts said (a host's policy_digest), printed as is by
+        # the CLI; their control and bidi characters are shown escaped (issue 26).
+        super().__init__(clean(message))
         self.labels = list(labels or [])
 
 
