@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from gpufleet import __version__, exits, paths
+from gpufleet import __version__, exits, paths, text
 from gpufleet.commands import COMMANDS
 from gpufleet.preflight import POLICY_LAYERS
 
@@ -51,6 +51,16 @@ def _died_of_sigpipe() -> int:
     return 128 + signal.SIGPIPE  # not reached where SIGPIPE exists; the shell's code for it otherwise
 
 
+def _shown(exc: Exception) -> str:
+    """An error's text for the terminal, each of its lines cleaned (text.clean_lines): a usage error can quote an
+    inventory's or a report's values. Without the collection (the error may be that it is missing) nothing was
+    read from a host yet, and the text is shown as it is."""
+    try:
+        return text.clean_lines(exc)
+    except paths.CollectionNotFound:
+        return str(exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -60,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return _died_of_sigpipe()
     except (exits.UsageError, paths.CollectionNotFound, FileNotFoundError) as exc:
-        print(f"gpufleet: {exc}", file=sys.stderr)
+        print(f"gpufleet: {_shown(exc)}", file=sys.stderr)
         return exits.EXIT_USAGE
     except KeyboardInterrupt:  # outside a playbook run (those stop gracefully and write a partial report)
         print("gpufleet: interrupted", file=sys.stderr)

@@ -13,9 +13,10 @@ reader options) and a systemd timer. Nothing else is needed on the host at run t
 - ``run`` (the timer, or Slurm's HealthCheckProgram): one check; writes ``<watch.textfile_dir>/gpufleet.prom``
   (node_exporter's textfile collector) and ``watch.state_file`` atomically; logs one line per run and one per
   finding that started or cleared (stdout: the journal under systemd; each line through ``text.clean``, so a
-  newline or escape sequence in a process name or kernel-log line stays inside its line); with ``watch.slurm.drain``, drains or
-  resumes this host's Slurm node (``watch/slurm.py``) for the findings of the drain rules only, a kernel-log event
-  only until a resume followed it (``watch/drain.py``; its position is kept in the state file, key ``drain``).
+  newline or escape sequence in a process name or kernel-log line stays inside its line); with
+  ``watch.slurm.drain``, drains or resumes this host's Slurm node (``watch/slurm.py``) for the findings of the drain
+  rules only, a kernel-log event only until a resume followed it (``watch/drain.py``; its position is kept in the
+  state file, key ``drain``).
   Exit 0 when the host was checked, 2 when it could not be.
 - ``npd`` (a Kubernetes node-problem-detector custom plugin): writes nothing; prints one line of at most 80
   characters and exits 0 (no problem), 1 (a finding failing at or above ``watch.problem_severity``) or 2 (unknown:

@@ -15,6 +15,7 @@ from typing import Any
 from gpufleet import exits, preflight
 from gpufleet.commands import options
 from gpufleet.runner import action_of, run_playbook
+from gpufleet.text import clean
 
 PLAYBOOK = "audit.yml"
 AUDIT_ACTION = "gpufleet.tuning.audit"  # one call per host: its result is the host's findings
@@ -89,7 +90,7 @@ class Progress:
         line = f"[{self.done}/{self.total}] {data.get('host')}: {what} (failed hosts so far: {self.failed})"
         if self.stream is not False:
             try:
-                print(line, file=self.stream or sys.stderr, flush=True)
+                print(clean(line), file=self.stream or sys.stderr, flush=True)  # the host's name as it came
             except (BrokenPipeError, ValueError):  # stderr's reader went away (or was closed): carry on quietly
                 self.stream = False
 
@@ -173,6 +174,15 @@ def run_audit(
     return report, None
 
 
+def print_workers(runs, out=None) -> None:
+    """How each worker's part went (``workers.WorkerRun``s), one line each. A worker's error is what its execution
+    node or ssh said (the node's stderr, a traceback's last line): cleaned, so it cannot take over the terminal."""
+    for run in runs:
+        said = f": {run.error}" if run.error else ""
+        line = f"gpufleet: worker {run.worker.region}: {run.status} in {run.wall_s:.1f} s{said}"
+        print(clean(line), file=out or sys.stderr)
+
+
 def run_with_workers(
     args: argparse.Namespace, out: Path, overrides: dict[str, Any], plan, host_names: list[str]
 ) -> tuple[dict[str, Any], str | None]:
@@ -209,9 +219,7 @@ def run_with_workers(
         quiet=not args.verbose,
         timeout_s=timeout_s,
     )
-    for run in outcome.workers:
-        said = f": {run.error}" if run.error else ""
-        print(f"gpufleet: worker {run.worker.region}: {run.status} in {run.wall_s:.1f} s{said}", file=sys.stderr)
+    print_workers(outcome.workers)
     sites = {}
     for name in host_names:
         for layer in POLICY_LAYERS[:-1]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from gpufleet import exits, paths
 from gpufleet.preflight import default_inventory
+from gpufleet.text import clean
 
 
 def severities() -> tuple[str, ...]:
@@ -165,7 +166,7 @@ def exit_with_reason(report: dict[str, Any], fail_on: str, when: str = "") -> in
     """The report's exit code (exits.explain), saying on stderr why it is not 0."""
     code, reason = exits.explain(report, fail_on)
     if reason:
-        print(f"gpufleet: {reason}" + (f" {when}" if when else ""), file=sys.stderr)
+        print(clean(f"gpufleet: {reason}" + (f" {when}" if when else "")), file=sys.stderr)  # a report's statuses
     return code
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from gpufleet import exits, paths, preflight
 from gpufleet.commands import options
 from gpufleet.runner import run_playbook
+from gpufleet.text import clean
 
 PLAYBOOK = "probe.yml"
 PROBE_ACTION = "gpufleet.tuning.gpu_probe"
@@ -89,26 +90,31 @@ def _none(value: Any) -> str:
 
 
 def print_host(name: str, res: dict[str, Any], out=None) -> None:
+    """One host's sample, GPUs, processes and findings. Every line is host data (process names are whatever a job
+    set, 15 bytes, escapes and newlines included): each goes through text.clean, one printed line per line."""
     out = out or sys.stdout
+
+    def say(line: str) -> None:
+        print(clean(line), file=out)
+
     sample = res.get("probe") or {}
     if not sample.get("available"):
-        print(f"{name}: GPUs not readable: {sample.get('error')}", file=out)
+        say(f"{name}: GPUs not readable: {sample.get('error')}")
     else:
         mem = sample.get("memory") or {}
-        print(
+        say(
             f"{name}: sampled {sample.get('sample_seconds')} s ({sample.get('reads')} reads); swap in/out "
             f"{_none(mem.get('swap_in_per_s'))}/{_none(mem.get('swap_out_per_s'))} pages/s, memory PSI some avg10 "
-            f"{_none(mem.get('psi_some_avg10'))}",
-            file=out,
+            f"{_none(mem.get('psi_some_avg10'))}"
         )
         procs = {p["pid"]: p for p in sample.get("processes") or []}
         for g in sample.get("gpus") or []:
-            print(_gpu_line(g), file=out)
+            say(_gpu_line(g))
             for pid in g.get("processes") or []:
                 if pid in procs:
-                    print(_process_line(procs[pid]), file=out)
+                    say(_process_line(procs[pid]))
     for f in res.get("findings") or []:
-        print(f"  {f['status'].upper():4} {f['rule']} ({f['severity']}) {f['title']}: {f.get('message')}", file=out)
+        say(f"  {str(f['status']).upper():4} {f['rule']} ({f['severity']}) {f['title']}: {f.get('message')}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -127,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         res = host.actions.get(PROBE_ACTION) or {}
         if host.status != "ok" or not res:
             code = max(code, exits.EXIT_HOSTS)
-            print(f"{name}: probe {host.status.upper()}: {host.message or res.get('msg')}")
+            print(clean(f"{name}: probe {host.status.upper()}: {host.message or res.get('msg')}"))
             continue
         print_host(name, res)
         failing = [f for f in res.get("findings") or [] if f["status"] == "fail"]

@@ -18,6 +18,7 @@ from gpufleet import exits, preflight
 from gpufleet.commands import options
 from gpufleet.commands.audit import run_audit
 from gpufleet.runner import run_playbook
+from gpufleet.text import clean
 
 PLAYBOOK = "remediate.yml"
 
@@ -105,7 +106,7 @@ class Watcher:
         if self.stream is False:
             return
         try:
-            print(line, file=self.stream or sys.stderr, flush=True)
+            print(clean(line), file=self.stream or sys.stderr, flush=True)  # host and task names: host data
         except (BrokenPipeError, ValueError):  # stderr's reader went away: carry on quietly
             self.stream = False
 
@@ -282,6 +283,7 @@ def _render_overrides(name: str, h: dict[str, Any]) -> list[str]:
 
 
 def render_remediation(summary: dict[str, Any]) -> str:
+    """The per-host summary, one line a host (and one per role override or refusal), for a terminal."""
     lines = []
     for name, h in summary["hosts"].items():
         lines.extend(_render_overrides(name, h))
@@ -332,7 +334,15 @@ def render_remediation(summary: dict[str, Any]) -> str:
         if h.get("restart_required"):
             parts.append(f"restart needed (new limits apply then): {', '.join(h['restart_required'])}")
         lines.append(f"{name}: " + "; ".join(parts))
-    return "\n".join(lines)
+    # Each line holds host data (a role's refusal, a role variable's value, changed tasks' names): cleaned, so an
+    # escape sequence or a newline in it stays inside its line.
+    return "\n".join(clean(line) for line in lines)
+
+
+def print_failed(failed: dict[str, str], out=None) -> None:
+    """The hosts whose remediation failed, each with its message (a module's or a shell's own words, cleaned)."""
+    for name, message in sorted(failed.items()):
+        print(clean(f"{name}: remediation FAILED: {message}"), file=out or sys.stdout)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -401,8 +411,7 @@ def run(args: argparse.Namespace) -> int:
 
     path = writer.write_atomic(out / "remediation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     print(render_remediation(summary))
-    for name, message in sorted(failed.items()):
-        print(f"{name}: remediation FAILED: {message}")
+    print_failed(failed)
     print(f"before/after report: {path}  (undo: gpufleet rollback --run {run_id} {options.as_options(args.inventory)})")
     if failed or after is None and not args.check:
         return exits.EXIT_HOSTS

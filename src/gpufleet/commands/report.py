@@ -15,6 +15,7 @@ from typing import Any
 
 from gpufleet import exits, paths
 from gpufleet.commands import options
+from gpufleet.text import clean
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -154,5 +155,5 @@ def run_merge(args: argparse.Namespace) -> int:
         print(f"{kind:>10}: {path}")
     print(f"merged {len(inputs)} report(s):")
     for line in merge.describe(report):
-        print(f"  {line}")
+        print(f"  {clean(line)}")  # runs, inventories and hosts named in the inputs
     return options.exit_with_reason(report, args.fail_on)

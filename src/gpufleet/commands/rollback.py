@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from gpufleet import exits, paths, preflight
 from gpufleet.commands import options
 from gpufleet.runner import run_playbook
+from gpufleet.text import clean
 
 PLAYBOOK = "rollback.yml"
 ROLLBACK_ACTION = "gpufleet.tuning.rollback"
@@ -37,6 +39,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def print_hosts(hosts: dict[str, Any], run_id: str | None, out=None) -> tuple[int, list[str]]:
+    """Per host (``runner.HostResult``s by name) what the rollback restored, or why not: the exit code so far and
+    the hosts without a record of ``run_id``. A host's message is its own words (a module's, a shell's): every
+    line goes through text.clean, so an escape sequence or a newline in it stays inside its line."""
+    out = out or sys.stdout
+    code = exits.EXIT_OK
+    unrecorded = []
+    for name, host in sorted(hosts.items()):
+        res = host.actions.get(ROLLBACK_ACTION) or {}
+        if host.status != "ok" and run_id and res.get("missing_record"):
+            # The run never changed this host (it was interrupted, limited or failed before it got here).
+            unrecorded.append(name)
+            line = f"{name}: run {run_id} changed nothing here (no record)"
+        elif host.status != "ok":
+            code = exits.EXIT_HOSTS
+            line = f"{name}: rollback FAILED: {host.message}"
+        else:
+            line = (
+                f"{name}: run {res.get('run_id')}: restored {len(res.get('restored') or [])}, "
+                f"already as before {len(res.get('unchanged') or [])}"
+            )
+        print(clean(line), file=out)
+    return code, unrecorded
+
+
 def run(args: argparse.Namespace) -> int:
     paths.import_collection()
     preflight.inventory_hosts(args.inventory, args.limit, {}, None)
@@ -45,23 +72,8 @@ def run(args: argparse.Namespace) -> int:
     result = run_playbook(
         PLAYBOOK, args.inventory, limit=args.limit, check=args.check, extravars=extravars, quiet=not args.verbose
     )
-    code = exits.EXIT_OK
-    unrecorded = []
-    for name, host in sorted(result.hosts.items()):
-        res = host.actions.get(ROLLBACK_ACTION) or {}
-        if host.status != "ok" and args.run and res.get("missing_record"):
-            # The run never changed this host (it was interrupted, limited or failed before it got here).
-            unrecorded.append(name)
-            print(f"{name}: run {args.run} changed nothing here (no record)")
-        elif host.status != "ok":
-            code = exits.EXIT_HOSTS
-            print(f"{name}: rollback FAILED: {host.message}")
-        else:
-            print(
-                f"{name}: run {res.get('run_id')}: restored {len(res.get('restored') or [])}, "
-                f"already as before {len(res.get('unchanged') or [])}"
-            )
+    code, unrecorded = print_hosts(result.hosts, args.run)
     if unrecorded and len(unrecorded) == len(result.hosts):
-        print(f"gpufleet: no host has a record of run {args.run}: is the run id right?", file=sys.stderr)
+        print(clean(f"gpufleet: no host has a record of run {args.run}: is the run id right?"), file=sys.stderr)
         return exits.EXIT_HOSTS
     return code

@@ -18,6 +18,7 @@ from typing import Any
 from gpufleet import exits, paths, preflight
 from gpufleet.commands import options
 from gpufleet.runner import run_playbook
+from gpufleet.text import clean
 
 PLAYBOOK = "topology.yml"
 TOPOLOGY_ACTION = "gpufleet.tuning.gpu_topology"
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
             for path in write_gres(args.gres, read, warnings):
                 print(f"gpufleet: wrote {path}", file=sys.stderr)
         except view.GresError as exc:
-            print(f"gpufleet: --gres {args.gres}: {exc}; nothing written", file=sys.stderr)
+            print(clean(f"gpufleet: --gres {args.gres}: {exc}; nothing written"), file=sys.stderr)
             code = exits.EXIT_HOSTS
         except OSError as exc:
             print(f"gpufleet: --gres {args.gres}: {exc}", file=sys.stderr)
@@ -136,6 +137,6 @@ def run(args: argparse.Namespace) -> int:
         return exits.EXIT_INTERRUPTED
     unread = sorted(n for n, h in hosts.items() if h["status"] != "ok" or not h["topology"].get("available"))
     if unread:
-        print(f"gpufleet: exit 2: no topology from {len(unread)} host(s): {', '.join(unread)}", file=sys.stderr)
+        print(clean(f"gpufleet: exit 2: no topology from {len(unread)} host(s): {', '.join(unread)}"), file=sys.stderr)
         return exits.EXIT_HOSTS
     return code
