@@ -29,8 +29,11 @@ __metaclass__ = type
 
 import re
 
+# The bidi formatting characters (a regular-expression class body): the report's HTML and JUnit writers, which
+# keep line breaks, replace these too (``plugin_utils/report``), from this one list.
+BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 # Everything that is not one printable, left-to-right-neutral line (see the docstring).
-UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029" + BIDI + "\ud800-\udfff]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 

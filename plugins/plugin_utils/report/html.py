@@ -28,6 +28,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from ...module_utils.text import BIDI
 from . import schema
 from .devices import failing_devices, focus, others_text
 from .topology import html_view as topology_view
@@ -37,7 +38,7 @@ TEMPLATE = "report.html.j2"
 AREA_LABELS = {"cpu": "CPU"}
 # C0 controls but tab/newline/CR, DEL, C1, lone surrogates, and the bidi controls (embeddings, overrides, isolates,
 # LRM/RLM/ALM) that would reorder what a reader sees: a host name or a GPU name never needs one (issue 26).
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f" + BIDI + "\ud800-\udfff]")
 MAX_ITEM_ROWS = 256  # per finding; the rest is counted, the JSON report has them all
 INLINE_WIDTH = 40  # observed/expected up to this many characters are shown inline
 ONE_LINE_WIDTH = 100  # longer ones in a block, on one (wrapped) line up to this, else a line per key or item

@@ -18,13 +18,14 @@ import re
 import xml.etree.ElementTree as ET  # nosec B405  # builds XML only, never parses any
 from typing import Any
 
+from ...module_utils.text import BIDI
 from . import schema
 
 # Everything outside XML 1.0's Char production: C0 controls but tab/newline/CR, surrogates, U+FFFE/U+FFFF; and
 # what XML carries but a CI page or log should not show acting (issue 26): DEL and C1 controls (CSI \x9b, NEL
 # \x85) and the bidi controls that reorder what a reader sees.
 _UNSAFE = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]"
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f" + BIDI + "\ud800-\udfff\ufffe\uffff]"
 )
 
 

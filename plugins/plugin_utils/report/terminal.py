@@ -13,7 +13,7 @@ from __future__ import annotations
 import textwrap
 from collections import Counter
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils.text import clean
+from ...module_utils.text import clean
 
 from . import schema
 from .devices import failing_devices, focus, others_text
