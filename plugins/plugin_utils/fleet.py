@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report.schema impo
     DOWN_STATUSES,
     SCHEMA,
     SEVERITIES,
+    accepted_findings,
     severity_rank,
     summarize,
 )
@@ -55,12 +56,17 @@ def _down(status: str, message: str, site: str | None = None) -> dict:
     }
 
 
-def host_entry(result: dict | None, missing: str = "failed", site: str | None = None) -> dict:
+def host_entry(
+    result: dict | None, missing: str = "failed", site: str | None = None, catalog_ids: set | None = None
+) -> dict:
     """One host of the report from its registered `gpufleet.tuning.audit` result (or its absence).
 
     ``missing``: the status of a host without a result: ``failed`` (skipped, or the play stopped for it) or
     ``interrupted`` (the run was interrupted before the host answered). ``site``: the host's site from its policy
-    (inventory), for a host that did not answer: the report still groups it with its site.
+    (inventory), for a host that did not answer: the report still groups it with its site. ``catalog_ids``: the
+    controller's rule ids; a finding the report's schema would not accept with them (a rule not in the catalog, an
+    unknown status, severity or area, a second result of one rule: a host lying, or running another version of the
+    collection) is set aside and the host's message says how many and the first reason.
     """
     if result is None:
         if missing == "interrupted":
@@ -89,10 +95,16 @@ def host_entry(result: dict | None, missing: str = "failed", site: str | None = 
             "facts": {},
             "findings": [],
         }
+    findings = result.get("findings") or []
+    message = None
+    if catalog_ids is not None:
+        findings, refused = accepted_findings(findings, catalog_ids)
+        if refused:
+            message = f"{len(refused)} result(s) set aside, not known to this controller: {refused[0]}"[:500]
     links = result.get("links") or {"source": "none", "peers": []}
     return {
         "status": "ok",
-        "message": None,
+        "message": message,
         "site": links.get("site") or site,
         "links": {
             "source": links.get("source", "none"),
@@ -101,8 +113,8 @@ def host_entry(result: dict | None, missing: str = "failed", site: str | None = 
                 for p in links.get("peers") or []
             ],
         },
-        "facts": result.get("facts") or {},
-        "findings": result.get("findings") or [],
+        "facts": result.get("facts") if isinstance(result.get("facts"), dict) else {},
+        "findings": findings,
         "policy_digest": result.get("policy_digest"),
     }
 
@@ -126,7 +138,9 @@ def build_report(
     finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
     missing = "failed" if complete else "interrupted"
     sites = sites or {}
-    hosts = {str(name): host_entry(res, missing, sites.get(name)) for name, res in sorted(results.items())}
+    catalog = rules.catalog()
+    known = {entry["id"] for entry in catalog}
+    hosts = {str(name): host_entry(res, missing, sites.get(name), known) for name, res in sorted(results.items())}
     return {
         "schema": SCHEMA,
         "tool": {"name": "gpufleet", "version": VERSION},
@@ -142,7 +156,7 @@ def build_report(
             "controller": socket.gethostname(),
         },
         "summary": summarize(hosts),
-        "catalog": rules.catalog(),
+        "catalog": catalog,
         "hosts": hosts,
     }
 

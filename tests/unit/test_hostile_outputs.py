@@ -116,7 +116,27 @@ def hostile_report(extra=(), down=True, digest=None):
     results = {name: _result(extra, digest) for name in HOSTS}
     if down:
         results["down-" + RLO + "01"] = {"unreachable": True, "msg": "ssh: " + KERNEL}
-    return fleet.build_report(results, started_at="2026-12-03T10:00:00+00:00")
+    rep = fleet.build_report(results, started_at="2026-12-03T10:00:00+00:00")
+    for host in rep["hosts"].values():  # the builder sets ``extra`` aside (test_the_builder_sets_aside_...): put it
+        if host["status"] == "ok":  # back, as in a report written elsewhere that the outputs must still hold against
+            host["findings"] += [f for f in extra if f not in host["findings"]]
+    return rep
+
+
+def test_the_builder_sets_aside_what_the_catalog_does_not_know():
+    """A host's rule ids, areas and severities of its own making never reach the report: the row keeps the host's
+    catalog findings, the message says how many were set aside and why (cleaned where shown), the report is valid
+    (so that report diff and merge read gpufleet's own report)."""
+    rep = fleet.build_report({"gpu01": _result(_hostile_ids())}, started_at="2026-12-03T10:00:00+00:00")
+    assert schema.validate(rep) == []
+    host = rep["hosts"]["gpu01"]
+    assert [f["rule"] for f in host["findings"]] == ["GPU-HLT-001", "GPU-PWR-001", "HOST-CPU-002", "GPU-ECC-001"]
+    assert host["message"].startswith(f"{len(_hostile_ids())} result(s) set aside, not known to this controller: ")
+    assert "is not in the catalog" in host["message"]
+    shown = terminal.render_terminal(rep, color=False)
+    assert "NOTE: 6 result(s) set aside" in shown
+    no_controls(shown, "terminal note")
+    no_forged_lines(shown, "terminal note")
 
 
 @pytest.fixture(scope="module")

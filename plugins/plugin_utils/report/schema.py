@@ -375,23 +375,50 @@ def _validate_host(c: _Checker, name: Any, host: Any, catalog_ids: set[str] | No
     findings = c.typed(host, "findings", path, (list,), "a list")
     seen: set[str] = set()
     for fpath, f in c.objects(findings, f"{path}.findings"):
-        rule = c.typed(f, "rule", fpath, (str,), "a string")
-        if rule is not None:
-            if rule in seen:
-                c.add(f"{fpath}.rule", f"rule {rule!r} has more than one result for this host")
-            seen.add(rule)
-            if catalog_ids is not None and rule not in catalog_ids:
-                c.add(f"{fpath}.rule", f"rule {rule!r} is not in the catalog")
-        c.choice(f, "status", fpath, STATUSES)
-        c.choice(f, "severity", fpath, SEVERITIES)
-        c.choice(f, "area", fpath, AREAS)
-        c.typed(f, "title", fpath, (str,), "a string")
-        for key in ("observed", "expected"):
-            if key not in f:
-                c.add(f"{fpath}.{key}", "missing (use null for no value)")
-        c.typed(f, "message", fpath, (str,), "a string")
-        c.fix(f, fpath)
-        items = c.typed(f, "items", fpath, (list,), "a list")
-        for j, item in enumerate(items or []):
-            if not isinstance(item, dict):
-                c.add(f"{fpath}.items[{j}]", f"expected an object, got {_kind(item)}")
+        _validate_finding(c, fpath, f, seen, catalog_ids)
+
+
+def _validate_finding(c: _Checker, fpath: str, f: dict, seen: set[str], catalog_ids: set[str] | None) -> None:
+    rule = c.typed(f, "rule", fpath, (str,), "a string")
+    if rule is not None:
+        if rule in seen:
+            c.add(f"{fpath}.rule", f"rule {rule!r} has more than one result for this host")
+        seen.add(rule)
+        if catalog_ids is not None and rule not in catalog_ids:
+            c.add(f"{fpath}.rule", f"rule {rule!r} is not in the catalog")
+    c.choice(f, "status", fpath, STATUSES)
+    c.choice(f, "severity", fpath, SEVERITIES)
+    c.choice(f, "area", fpath, AREAS)
+    c.typed(f, "title", fpath, (str,), "a string")
+    for key in ("observed", "expected"):
+        if key not in f:
+            c.add(f"{fpath}.{key}", "missing (use null for no value)")
+    c.typed(f, "message", fpath, (str,), "a string")
+    c.fix(f, fpath)
+    items = c.typed(f, "items", fpath, (list,), "a list")
+    for j, item in enumerate(items or []):
+        if not isinstance(item, dict):
+            c.add(f"{fpath}.items[{j}]", f"expected an object, got {_kind(item)}")
+
+
+def accepted_findings(findings: Any, catalog_ids: set[str]) -> tuple[list[dict], list[str]]:
+    """What the controller takes from a host's findings (it trusts no host beyond its own row, and only with what
+    it knows): each finding that ``validate`` accepts in a report with this catalog, the first result of a rule
+    only. Returns the accepted findings and, for each one set aside, why (its first problem)."""
+    if not isinstance(findings, list):
+        return [], [f"findings: expected a list, got {_kind(findings)}"]
+    kept: list[dict] = []
+    refused: list[str] = []
+    seen: set[str] = set()
+    for i, f in enumerate(findings):
+        c = _Checker()
+        if isinstance(f, dict):
+            _validate_finding(c, f"findings[{i}]", f, set(seen), catalog_ids)
+        else:
+            c.add(f"findings[{i}]", f"expected an object, got {_kind(f)}")
+        if c.problems:
+            refused.append(c.problems[0])
+        else:
+            kept.append(f)
+            seen.add(f["rule"])
+    return kept, refused

@@ -217,7 +217,7 @@ def render_terminal(report: dict, color: bool = False) -> str:
             for f in sorted(schema.host_findings(host), key=schema.finding_sort_key)
             if f.get("status") in ("fail", "warn", "error")
         ]
-        if status == "ok" and not shown and not _no_driver(host):
+        if status == "ok" and not shown and not _no_driver(host) and not host.get("message"):
             continue  # nothing to say (a host without a usable NVIDIA driver is always listed, with the reason)
         out.append("")
         line = paint(clean(name), "\x1b[1m")
@@ -230,6 +230,8 @@ def render_terminal(report: dict, color: bool = False) -> str:
             out.append(
                 "  " + paint(label, _STATE_COLOR.get(str(status))) + ": " + clean(host.get("message") or "no message")
             )
+        elif host.get("message"):  # an audited host's note: results the controller set aside
+            out.append("  " + paint("NOTE", _STATE_COLOR.get("interrupted")) + ": " + clean(host["message"]))
         for f in shown:
             sev = str(f.get("severity") or "")
             st = str(f.get("status") or "")
