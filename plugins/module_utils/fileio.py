@@ -36,7 +36,7 @@ class UnsafeDirectory(OSError):
     and mode, and the fix."""
 
     def __str__(self):
-        return self.strerror
+        return str(self.strerror)
 
 
 def read_record(path, version):
