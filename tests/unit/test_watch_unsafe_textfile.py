@@ -22,8 +22,9 @@ def _run(tmp_path, capsys, **watch):
     (tmp_path / "root").mkdir()
     config = {
         "host": "gpu-a1",
-        "policy": {"watch": {"textfile_dir": str(textfile_dir), "state_file": str(tmp_path / "state" / "s.json"),
-                             **watch}},
+        "policy": {
+            "watch": {"textfile_dir": str(textfile_dir), "state_file": str(tmp_path / "state" / "s.json"), **watch}
+        },
         "audit": {"root": str(tmp_path / "root"), "backend": "nvidia-smi", "nvidia_smi_path": "/nonexistent"},
     }
     path = tmp_path / "watch.json"
