@@ -91,3 +91,21 @@ def test_no_module_example_writes_into_a_shared_temporary_directory():
         )
         for key in ("dest", "path", "src"):
             assert not re.search(rf"\b{key}: *[\"']?/(var/)?tmp/", examples), (path.name, key)
+
+
+def test_the_operators_gres_goes_to_a_sticky_directory_but_never_to_one_others_can_swap_in(tmp_path):
+    """The controller's own output: a sticky shared directory (like /tmp) is safe for the O_EXCL temp + rename; a
+    directory others can write without the sticky bit is refused with the fileio message, and nothing is written."""
+    import os
+
+    from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import UnsafeDirectory
+
+    sticky, open_dir = tmp_path / "sticky", tmp_path / "open"
+    for d, mode in ((sticky, 0o1777), (open_dir, 0o777)):
+        d.mkdir()
+        os.chmod(d, mode)
+    command.write_gres(str(sticky / "gres.conf"), {"gpu01": _host(GOOD)})
+    assert "NodeName=gpu01" in (sticky / "gres.conf").read_text()
+    with pytest.raises(UnsafeDirectory, match="open"):
+        command.write_gres(str(open_dir / "gres.conf"), {"gpu01": _host(GOOD)})
+    assert list(open_dir.iterdir()) == []

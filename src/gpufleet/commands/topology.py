@@ -83,6 +83,12 @@ def _gres_targets(where: str, hosts: dict[str, dict[str, Any]]) -> dict[Path, di
     return {path: hosts}
 
 
+# The operator's own outputs may go to a sticky shared directory (/tmp): nobody else can rename or remove the O_EXCL
+# temp file there, and the rename replaces a planted link instead of following it. A directory others can write
+# without the sticky bit is still refused (fileio.UnsafeDirectory).
+SHARED_OK = True
+
+
 def write_gres(where: str, hosts: dict[str, dict[str, Any]], warnings: list[str] | None = None) -> list[Path]:
     """Write the fragment(s) atomically (a reader sees the old file or the new one). Every file's text is built
     before the first is written: a host whose name cannot go into gres.conf stops the write (GresError); a host's
@@ -93,7 +99,7 @@ def write_gres(where: str, hosts: dict[str, dict[str, Any]], warnings: list[str]
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     texts = {path: view.gres_fragment(group, stamp, warnings) for path, group in _gres_targets(where, hosts).items()}
     for path, text in texts.items():
-        write_atomic(str(path.resolve()), text)
+        write_atomic(str(path.resolve()), text, allow_shared=SHARED_OK)
     return sorted(texts)
 
 
@@ -112,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
     code = exits.EXIT_OK
     if args.json:
         try:
-            write_atomic(str(Path(args.json).resolve()), json.dumps(hosts, indent=2, sort_keys=True) + "\n")
+            text = json.dumps(hosts, indent=2, sort_keys=True) + "\n"
+            write_atomic(str(Path(args.json).resolve()), text, allow_shared=SHARED_OK)
             print(f"gpufleet: wrote {args.json}", file=sys.stderr)
         except OSError as exc:  # fileio.UnsafeDirectory among them: a directory another user can write
             print(f"gpufleet: --json {args.json}: {exc}", file=sys.stderr)
