@@ -109,3 +109,12 @@ def test_the_operators_gres_goes_to_a_sticky_directory_but_never_to_one_others_c
     with pytest.raises(UnsafeDirectory, match="open"):
         command.write_gres(str(open_dir / "gres.conf"), {"gpu01": _host(GOOD)})
     assert list(open_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["gpu01\n", "gpu01\nNodeName=evil", "gpu01 Name=gpu"])
+def test_a_node_name_that_would_break_its_line_stops_the_write(tmp_path, name):
+    """The inventory's name goes into NodeName=: a trailing newline ('$' matches before one) or a space is refused."""
+    target = tmp_path / "gres.conf"
+    with pytest.raises(view.GresError):
+        command.write_gres(str(target), {name: _host(GOOD)})
+    assert not target.exists()

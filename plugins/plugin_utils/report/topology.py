@@ -52,7 +52,7 @@ GRES_KEYS = {
         r"no_gpu_env))*"
     ),
 }
-_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # fullmatch: "$" would accept a trailing newline
 
 
 class GresError(ValueError):
@@ -321,7 +321,7 @@ def gres_lines(name: str, topo: Any, warnings: list[str] | None = None) -> list[
     """The host's gres.conf lines, each with ``NodeName=<name>`` first (the inventory's name). Raises GresError when
     the name is not a Slurm node name. A line of the host that is not one ``Name=gpu`` line of the keys in GRES_KEYS
     (gres_line_error) is dropped, with a warning naming the host and the line appended to ``warnings``."""
-    if not _NODE_NAME.match(str(name)):
+    if not _NODE_NAME.fullmatch(str(name)):
         raise GresError(f"{name!r}: not a node name gres.conf can carry (letters, digits, '.', '_', '-')")
     lines = []
     for line in _list(_dict(topo).get("gres")):
