@@ -11,11 +11,36 @@ A worker named ``ssh://user@node[:port][/path]`` runs ``<path>/bin/ansible-runne
 the node's gpufleet venv, ``/opt/gpufleet/venv`` as ``playbooks/execution_node.yml`` installs it; the collection
 is found in ``<path>/../collections``). A worker that cannot be reached, fails or disconnects makes each of its
 hosts that did not answer ``unreachable``, with the worker's reason; the other regions still report.
+
+What the controller trusts of a node (a node in another region may be compromised):
+
+- Its stream is read through ``worker_stream.StreamGuard``: JSON event and status lines only, bounded in size;
+  the artifacts zip ansible-runner's worker appends is skipped, never unpacked on the controller (the processor
+  would follow the zip's own symlinks out of its directory). A stream that breaks these rules makes every host of
+  the region ``unreachable`` with the reason (its results are not kept).
+- The job carries only what the audit reads of each host: Ansible's connection and become variables
+  (``CONNECTION_VARS``, ``CONNECTION_PREFIXES``; the node must reach the hosts as the controller would, passwords
+  included when the inventory uses them) and gpufleet's own ``gpufleet_*`` variables (the policy layers, the
+  audit's settings). Every other inventory variable (a database password in group_vars, say) stays on the
+  controller.
+- Vault: a vaulted variable the job does not carry is never decrypted (an inventory whose unrelated vaulted
+  variables need a password the controller was not given still plans). A vaulted variable the job carries is
+  decrypted on the controller with the vault secrets Ansible is configured with (``ANSIBLE_VAULT_PASSWORD_FILE``,
+  ``ANSIBLE_VAULT_IDENTITY_LIST`` or ansible.cfg, the same a direct run uses) and shipped in clear inside the SSH
+  stream: the node has no vault password. Without a secret that opens it, planning stops with a UsageError
+  naming the variable and the host.
+- The node runs the job in its own temporary directory (``gpufleet-worker-*`` under its TMPDIR), removed when the
+  worker ends, when the wrapper is signalled (SIGHUP, SIGINT, SIGTERM) and when the controller's side of the
+  stream closes (the controller keeps ssh's stdin open until it has read the results: its end means the
+  controller or the link is gone, and the wrapper stops the worker). Directories older than a day that a killed
+  wrapper left are removed by the next run (``NODE_SCRIPT``).
+- The ssh destination comes after ``--`` and a node or user name may not start with ``-``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import shlex
 import shutil
 import subprocess  # nosec B404  # ssh to the execution node, an argv list, no shell
@@ -28,7 +53,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpufleet import paths
+from gpufleet import paths, worker_stream
 from gpufleet.exits import UsageError
 from gpufleet.runner import HostResult, _clean, _message, action_of, strategy_env
 
@@ -36,12 +61,128 @@ DEFAULT_VENV = "/opt/gpufleet/venv"
 WORKER_VAR = "gpufleet_worker"  # inventory variable (per group or host): the region's worker URL
 REGION_VAR = "gpufleet_worker_region"  # optional: the region's name (default: the worker node's host name)
 DIRECT = "direct"
+_HOST = re.compile(r"[A-Za-z0-9_.:%][A-Za-z0-9_.:%-]*")  # a host name or address: never an ssh option
+_USER = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")  # a login name
 # the ssh processes of the workers running now: a stop signal kills them (their streams end, their runs return)
 _LIVE: set[subprocess.Popen] = set()
 _LIVE_LOCK = threading.Lock()
 # SSH to the execution node: never prompt, notice a dead link (ssh(1): ServerAliveInterval x ServerAliveCountMax).
 SSH_BASE = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "-o", "ServerAliveInterval=15"]
 SSH_BASE += ["-o", "ServerAliveCountMax=4"]
+# What the job carries of a host's variables: Ansible's connection and become variables (ansible.constants'
+# MAGIC_VARIABLE_MAPPING spells the same names, plus these prefixes for the connection plugins' own options) and
+# gpufleet's variables; see the module docstring.
+CONNECTION_VARS = frozenset(
+    {
+        "ansible_host", "ansible_ssh_host", "ansible_port", "ansible_ssh_port", "ansible_user", "ansible_ssh_user",
+        "ansible_connection", "ansible_password", "ansible_ssh_pass", "ansible_private_key_file",
+        "ansible_ssh_private_key_file", "ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_scp_extra_args",
+        "ansible_sftp_extra_args", "ansible_ssh_executable", "ansible_ssh_pipelining", "ansible_pipelining",
+        "ansible_ssh_timeout", "ansible_timeout", "ansible_ssh_transfer_method", "ansible_shell_type",
+        "ansible_shell_executable", "ansible_module_compression", "ansible_python_interpreter",
+        "ansible_remote_tmp", "ansible_docker_extra_args",
+    }
+)  # fmt: skip
+CONNECTION_PREFIXES = ("ansible_become", "ansible_ssh_", "ansible_paramiko_", "ansible_podman_", "ansible_docker_")
+OWN_PREFIX = "gpufleet_"
+# On the node (its venv's python; argv: the venv, the job's size in bytes): read the job from stdin into a fresh
+# directory, run `ansible-runner worker` on it with the events on stdout, stop the worker when stdin ends early
+# (the controller holds it open until it has read the results) or on SIGHUP/SIGINT/SIGTERM, and remove the
+# directory in every case. Stopping signals the worker and every process under it (ansible-playbook runs in its
+# own session under pexpect, and the worker does not stop it on SIGTERM): SIGTERM, then SIGKILL after 10 s (a
+# process is signalled only while /proc shows the same start time). Also removes what killed runs left
+# (gpufleet-worker-* of this user, over a day old).
+NODE_SCRIPT = r"""
+import os, shutil, signal, subprocess, sys, tempfile, threading, time
+venv, size = sys.argv[1], int(sys.argv[2])
+base = tempfile.gettempdir()
+for name in os.listdir(base):
+    path = os.path.join(base, name)
+    try:
+        st = os.lstat(path)
+        if name.startswith("gpufleet-worker-") and st.st_uid == os.getuid() and time.time() - st.st_mtime > 86400:
+            shutil.rmtree(path)
+    except OSError:
+        pass
+work = tempfile.mkdtemp(prefix="gpufleet-worker-")
+worker = None
+told = {}
+rc = 70
+def born(pid):
+    try:
+        with open("/proc/" + str(pid) + "/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return int(fields[1]), fields[19]
+    except (OSError, ValueError, IndexError):
+        return None, None
+def family(root):
+    kids = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            ppid, start = born(entry)
+            kids.setdefault(ppid, []).append((int(entry), start))
+    found, todo = {}, [root]
+    while todo:
+        for pid, start in kids.get(todo.pop(), []):
+            found[pid] = start
+            todo.append(pid)
+    return found
+def signal_all(procs, sig):
+    for pid, start in procs.items():
+        if born(pid)[1] == start:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+def stop():
+    if worker is not None and worker.poll() is None:
+        procs = family(worker.pid)
+        procs[worker.pid] = born(worker.pid)[1]
+        told.update(procs)
+        signal_all(procs, signal.SIGTERM)
+def on_signal(signum, frame):
+    stop()
+    raise SystemExit(128 + signum)
+def watch():
+    try:
+        while os.read(0, 65536):
+            pass
+    except OSError:
+        pass
+    stop()
+try:
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    job_path = os.path.join(work, "job")
+    with open(job_path, "wb") as job:
+        left = size
+        while left > 0:
+            chunk = os.read(0, min(left, 65536))
+            if not chunk:
+                sys.stderr.write("gpufleet worker: the job arrived incomplete\n")
+                raise SystemExit(65)
+            job.write(chunk)
+            left -= len(chunk)
+    env = dict(os.environ, PATH=os.path.join(venv, "bin") + os.pathsep + os.environ.get("PATH", ""))
+    argv = [os.path.join(venv, "bin", "ansible-runner"), "worker", "--private-data-dir", os.path.join(work, "run")]
+    with open(job_path, "rb") as job:
+        worker = subprocess.Popen(argv, stdin=job, env=env)
+    threading.Thread(target=watch, daemon=True).start()
+    rc = worker.wait()
+    rc = rc if rc >= 0 else 128 - rc
+finally:
+    if worker is not None:
+        stop()
+        if told:
+            deadline = time.time() + 10
+            while time.time() < deadline and any(born(pid)[1] == start for pid, start in told.items()):
+                worker.poll()
+                time.sleep(0.2)
+            signal_all(told, signal.SIGKILL)
+            worker.poll()
+    shutil.rmtree(work, ignore_errors=True)
+sys.exit(rc)
+"""
 
 
 @dataclass(frozen=True)
@@ -63,16 +204,22 @@ class Worker:
     def collections(self) -> str:
         return str(Path(self.venv).parent / "collections")
 
-    def ssh_command(self, ssh_args: list[str] | None = None) -> list[str]:
-        """``ssh ... user@node 'PATH=<venv>/bin:$PATH ansible-runner worker'``: the job on stdin, events on stdout
-        (ansible-runner's worker reads the transmitted job from stdin and streams its events to stdout)."""
+    def ssh_command(self, ssh_args: list[str] | None = None, job_bytes: int = 0) -> list[str]:
+        """``ssh ... -- user@node '<venv>/bin/python -c NODE_SCRIPT <venv> <job_bytes>'``: the job (``job_bytes``
+        long) on stdin, then stdin held open; the events of ansible-runner's worker on stdout. The destination comes
+        after ``--``: never an option, whatever the inventory or URL says."""
         cmd = [*SSH_BASE, *(ssh_args or [])]
         if self.port:
             cmd += ["-p", str(self.port)]
         target = f"{self.user}@{self.host}" if self.user else self.host
-        bin_dir = shlex.quote(f"{self.venv}/bin")
-        remote = f"PATH={bin_dir}:$PATH exec ansible-runner worker"
-        return [*cmd, target, remote]
+        runner = f"{self.venv}/bin/ansible-runner"
+        missing = f"{runner}: not found (prepare the node with playbooks/execution_node.yml)"
+        remote = (
+            f"test -x {shlex.quote(runner)} || {{ echo {shlex.quote(missing)} >&2; exit 127; }}; "
+            f"exec {shlex.quote(self.venv + '/bin/python')} -c {shlex.quote(NODE_SCRIPT)} "
+            f"{shlex.quote(self.venv)} {int(job_bytes)}"
+        )
+        return [*cmd, "--", target, remote]
 
 
 def parse_url(region: str, url: str) -> Worker:
@@ -91,6 +238,16 @@ def parse_url(region: str, url: str) -> Worker:
         raise UsageError(f"{where}: the URL names no execution node (ssh://user@exec-node[:port])")
     if parts.query or parts.fragment or parts.password:
         raise UsageError(f"{where}: only ssh://user@exec-node[:port][/venv-path] is understood")
+    if not _HOST.fullmatch(parts.hostname):
+        raise UsageError(
+            f"{where}: the execution node must be a host name or address (letters, digits, '.', '-', '_', ':'; "
+            f"not starting with '-'), got {parts.hostname!r}"
+        )
+    if parts.username is not None and not _USER.fullmatch(parts.username):
+        raise UsageError(
+            f"{where}: the user must be a login name (letters, digits, '.', '-', '_'; not starting with '-'), "
+            f"got {parts.username!r}"
+        )
     venv = parts.path.rstrip("/") or DEFAULT_VENV
     return Worker(region, url, parts.hostname, parts.username, port, venv)
 
@@ -119,14 +276,50 @@ class Plan:
         return out
 
 
-def _plain(value: Any) -> Any:
+def shipped(name: str) -> bool:
+    """Whether the region's job carries a host variable of this name (see the module docstring)."""
+    if name == WORKER_VAR or name == REGION_VAR:
+        return False  # the controller's routing, nothing the node needs
+    return name.startswith(OWN_PREFIX) or name in CONNECTION_VARS or name.startswith(CONNECTION_PREFIXES)
+
+
+def _plain(value: Any, decrypt: Callable[[Any], str]) -> Any:
+    if hasattr(value, "_ciphertext"):  # a !vault value (EncryptedString; AnsibleVaultEncryptedUnicode before 2.19)
+        return decrypt(value)
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): _plain(v, decrypt) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_plain(v, decrypt) for v in value]
     if value is None or isinstance(value, (bool, int, float)):
         return value
     return str(value)
+
+
+def _vault_secrets(loader: Any) -> list:
+    """The vault secrets Ansible is configured with (ANSIBLE_VAULT_PASSWORD_FILE, ANSIBLE_VAULT_IDENTITY_LIST,
+    ansible.cfg), read now, as ansible-playbook reads them for a direct run; no prompt."""
+    from ansible import constants as C
+    from ansible.cli import CLI
+    from ansible.errors import AnsibleError
+
+    ids = list(C.config.get_config_value("DEFAULT_VAULT_IDENTITY_LIST") or [])
+    password_file = C.config.get_config_value("DEFAULT_VAULT_PASSWORD_FILE")
+    files = [str(password_file)] if password_file else []
+    if not ids and not files:
+        return []
+    ids = CLI.build_vault_ids(ids, vault_password_files=files, ask_vault_pass=False, auto_prompt=False)
+    secrets = []
+    for slug in ids:
+        vault_id, source = CLI.split_vault_id(slug)
+        try:
+            from ansible.parsing.vault import get_file_vault_secret
+
+            secret = get_file_vault_secret(filename=source, vault_id=vault_id, loader=loader)
+            secret.load()
+        except AnsibleError as exc:
+            raise UsageError(f"vault password file {source}: {exc}") from None
+        secrets.append((vault_id or C.DEFAULT_VAULT_IDENTITY, secret))
+    return secrets
 
 
 def mentions_worker(inventory: list[str], limit_bytes: int = 50_000_000) -> bool:
@@ -177,18 +370,42 @@ def plan(inventory: list[str], host_names: list[str], options: list[str]) -> Pla
         for name in matched:
             if name in wanted:
                 chosen.setdefault(name, worker)
+    secrets: list | None = None
+
+    def decrypter(host: str, var: str) -> Callable[[Any], str]:
+        def decrypt(value: Any) -> str:
+            nonlocal secrets
+            from ansible.errors import AnsibleError
+            from ansible.parsing.vault import VaultLib
+
+            if secrets is None:
+                secrets = _vault_secrets(loader)
+            how = "ANSIBLE_VAULT_PASSWORD_FILE, ANSIBLE_VAULT_IDENTITY_LIST or vault_password_file in ansible.cfg"
+            if not secrets:
+                raise UsageError(f"{var} of host {host} is vault-encrypted and the worker needs it: give its vault "
+                                 f"password ({how})")  # fmt: skip
+            ciphertext = value._ciphertext
+            try:
+                plain = VaultLib(secrets).decrypt(ciphertext)
+            except AnsibleError as exc:
+                raise UsageError(f"{var} of host {host} is vault-encrypted and cannot be decrypted: {exc}") from None
+            return plain.decode("utf-8", "replace") if isinstance(plain, bytes) else str(plain)
+
+        return decrypt
+
     result = Plan()
     for name in host_names:
         host = inv.get_host(name)
         hv = variables.get_vars(host=host, include_hostvars=False, stage="all") if host else {}
         for internal in C.INTERNAL_STATIC_VARS:
             hv.pop(internal, None)
-        hv = _plain(hv)
+        route = {k: _plain(hv[k], decrypter(name, k)) for k in (WORKER_VAR, REGION_VAR) if hv.get(k) is not None}
+        hv = {str(k): _plain(v, decrypter(name, str(k))) for k, v in hv.items() if shipped(str(k))}
         result.hostvars[name] = hv
         worker = chosen.get(name)
-        if worker is None and hv.get(WORKER_VAR):
-            url = str(hv[WORKER_VAR])
-            region = str(hv.get(REGION_VAR) or urlsplit(url).hostname or url)
+        if worker is None and route.get(WORKER_VAR):
+            url = str(route[WORKER_VAR])
+            region = str(route.get(REGION_VAR) or urlsplit(url).hostname or url)
             worker = parse_url(region, url)
             if region in regions and regions[region] != worker:
                 raise UsageError(f"{WORKER_VAR}: region {region!r} has two workers ({regions[region].url}, {url})")
@@ -267,8 +484,12 @@ def run_worker(
     ssh_args: list[str] | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     timeout_s: float | None = None,
+    max_stream_bytes: int = worker_stream.MAX_STREAM_BYTES,
+    max_line_bytes: int = worker_stream.MAX_LINE_BYTES,
 ) -> WorkerRun:
-    """transmit -> ssh worker -> process for one region. Never raises for a worker's failure: it is in ``error``."""
+    """transmit -> ssh worker -> process for one region. Never raises for a worker's failure: it is in ``error``.
+    The node's stream reaches the processor through a ``worker_stream.StreamGuard`` (``max_stream_bytes``,
+    ``max_line_bytes``); a stream it refuses leaves no host result."""
     import ansible_runner
 
     started = time.monotonic()
@@ -297,31 +518,48 @@ def run_worker(
         except Exception as exc:  # a job that cannot be packed is this region's failure, not the whole audit's
             return WorkerRun(worker, hosts, "error", None, f"could not pack the job: {exc}", time.monotonic() - started)
         err_path = Path(tmp) / "ssh.stderr"
-        with open(stream, "rb") as stdin, open(err_path, "wb") as stderr:
+        job_bytes = stream.stat().st_size
+        with open(err_path, "wb") as stderr:
             try:
                 proc = subprocess.Popen(  # nosec B603  # argv list (ssh, the node's ansible-runner worker), no shell
-                    worker.ssh_command(ssh_args), stdin=stdin, stdout=subprocess.PIPE, stderr=stderr
+                    worker.ssh_command(ssh_args, job_bytes),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=stderr,
                 )
             except OSError as exc:
                 return WorkerRun(worker, hosts, "error", None, f"ssh: {exc}", time.monotonic() - started)
             with _LIVE_LOCK:
                 _LIVE.add(proc)
+
+            def send() -> None:  # the job, then stdin stays open: its end tells the node the controller is gone
+                with contextlib.suppress(OSError, ValueError), open(stream, "rb") as job:
+                    shutil.copyfileobj(job, proc.stdin)
+                    proc.stdin.flush()
+
+            sender = threading.Thread(target=send, name=f"gpufleet-job-{worker.region}", daemon=True)
+            sender.start()
+
+            def kill(reason: object = None) -> None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+
             timer = None
             timed_out = threading.Event()
             if timeout_s:
 
                 def expire() -> None:
                     timed_out.set()
-                    with contextlib.suppress(ProcessLookupError):
-                        proc.kill()
+                    kill()
 
                 timer = threading.Timer(timeout_s, expire)
                 timer.daemon = True
                 timer.start()
+            guard = worker_stream.StreamGuard(proc.stdout, max_stream_bytes, max_line_bytes, on_error=kill)
             try:
                 processed = ansible_runner.run(
                     streamer="process",
-                    _input=proc.stdout,
+                    _input=guard,
                     private_data_dir=str(Path(tmp) / "process"),
                     event_handler=handler,
                     status_handler=lambda data, runner_config=None: statuses.append(data),
@@ -331,6 +569,11 @@ def run_worker(
             finally:
                 if timer:
                     timer.cancel()
+                if sender.is_alive():  # ssh took no job (a hung link): nothing more will come from it
+                    kill()
+                sender.join()
+                with contextlib.suppress(Exception):
+                    proc.stdin.close()  # the node's worker has ended (or is told to end)
                 with contextlib.suppress(Exception):
                     proc.stdout.close()
                 try:
@@ -343,7 +586,10 @@ def run_worker(
         status, rc = processed.status, processed.rc
         error = None
         explanation = next((s.get("job_explanation") for s in reversed(statuses) if s.get("job_explanation")), None)
-        if timed_out.is_set():
+        if guard.error:
+            hosts.clear()  # a node that broke the protocol: none of its results is kept
+            error = guard.error
+        elif timed_out.is_set():
             error = f"no end of the worker's stream within {timeout_s:g} s"
         elif ssh_rc == 255 or status in ("error", "failed") and not hosts:
             ssh_said = err_path.read_text(errors="replace").strip().splitlines()
@@ -391,6 +637,8 @@ def run_all(
     on_event: Callable[[dict[str, Any]], None] | None = None,
     quiet: bool = True,
     timeout_s: float | None = None,
+    max_stream_bytes: int = worker_stream.MAX_STREAM_BYTES,
+    max_line_bytes: int = worker_stream.MAX_LINE_BYTES,
 ) -> Outcome:
     """Every region's worker (each in its own thread) and the direct hosts (from this thread, so that Ctrl-C
     stops them as a plain audit does), at the same time. ``action``: the module whose result is a host's audit;
@@ -413,7 +661,10 @@ def run_all(
         node_vars = {**extravars, "gpufleet_report_dir": "{{ playbook_dir }}/reports"}
 
         def one(worker: Worker = worker, hostvars: dict = hostvars, node_vars: dict = node_vars) -> None:
-            run = run_worker(worker, playbook_path, hostvars, node_vars, forks, ssh_args, locked, timeout_s)
+            run = run_worker(
+                worker, playbook_path, hostvars, node_vars, forks, ssh_args, locked, timeout_s,
+                max_stream_bytes, max_line_bytes,
+            )  # fmt: skip
             with lock:
                 runs.append(run)
 

@@ -1,6 +1,8 @@
-"""gpufleet.workers: the --worker URL, which hosts go through which worker (option, inventory variable, direct),
-reading the worker's events, and a worker whose SSH fails (a real ssh to a closed port on loopback, the real
-transmit and process): its hosts unreachable with ssh's reason."""
+"""gpufleet.workers: the --worker URL (a node or user spelled like an ssh option refused; the destination after
+``--``), which hosts go through which worker (option, inventory variable, direct) and which of their variables the
+job carries (connection and gpufleet variables; vaulted ones decrypted only when carried), reading the worker's
+events, and a worker whose SSH fails (a real ssh to a closed port on loopback, the real transmit and process): its
+hosts unreachable with ssh's reason. What a node's stream can do: test_worker_stream.py."""
 
 from __future__ import annotations
 
@@ -32,6 +34,9 @@ def test_parse_url_defaults_and_parts():
         ("e u=ssh://node", "REGION must be a name"),
         ("=ssh://node", "REGION must be a name"),
         ("eu=ssh://", "names no execution node"),
+        ("eu=ssh://-oProxyCommand=sh", "execution node must be a host name or address"),
+        ("eu=ssh://ops@-oProxyCommand=sh:22", "execution node must be a host name or address"),
+        ("eu=ssh://-lroot@node", "the user must be a login name"),
     ],
 )
 def test_parse_option_errors_name_the_problem(text, says):
@@ -40,11 +45,18 @@ def test_parse_option_errors_name_the_problem(text, says):
 
 
 def test_ssh_command_runs_the_venvs_worker():
+    """The destination after ``--``; the remote command runs the venv's python on the node script with the venv
+    and the job's size (read back as the node's shell would split it)."""
+    import shlex
+
     w = workers.parse_option("eu=ssh://ops@node:2200/opt/my venv")
-    cmd = w.ssh_command(["-i", "key"])
-    assert cmd[0] == "ssh" and "BatchMode=yes" in cmd and cmd[-2] == "ops@node"
+    cmd = w.ssh_command(["-i", "key"], 1234)
+    assert cmd[0] == "ssh" and "BatchMode=yes" in cmd and cmd[-3:-1] == ["--", "ops@node"]
     assert cmd[cmd.index("-p") + 1] == "2200" and "-i" in cmd
-    assert cmd[-1] == "PATH='/opt/my venv/bin':$PATH exec ansible-runner worker"
+    words = shlex.split(cmd[-1])
+    assert words[:2] == ["test", "-x"] and words[2] == "/opt/my venv/bin/ansible-runner"
+    tail = words[words.index("exec") :]
+    assert tail == ["exec", "/opt/my venv/bin/python", "-c", workers.NODE_SCRIPT, "/opt/my venv", "1234"]
 
 
 @pytest.fixture
@@ -85,9 +97,9 @@ def test_plan_option_inventory_variable_and_direct(inventory):
         "ap1": "worker:apac",
         "h1": "direct",
     }
-    # what the region's job ships: the hosts' own and group variables, not Ansible's magic ones
-    assert plan.hostvars["eu2"]["x"] == 1 and plan.hostvars["eu2"]["ansible_connection"] == "local"
-    assert "inventory_hostname" not in plan.hostvars["eu2"] and "groups" not in plan.hostvars["eu2"]
+    # what the region's job ships: connection and gpufleet variables, not Ansible's magic ones nor the others
+    assert plan.hostvars["eu2"] == {"ansible_connection": "local"}
+    assert plan.hostvars["ap1"] == {"ansible_connection": "local"}  # the routing variables stay here
 
 
 def test_plan_option_wins_over_inventory_and_limit_is_kept(inventory):
@@ -203,3 +215,87 @@ def test_runs_use_the_quiet_strategy_unless_the_environment_names_one(tmp_path, 
     assert runner.strategy_env() == {}
     job = workers.pack(tmp_path / "job2", playbook, {"h1": {}}, {}, workers.parse_option("eu=ssh://exec-eu"))
     assert "ANSIBLE_STRATEGY" not in job["envvars"]
+
+
+def test_plan_ships_connection_and_gpufleet_variables_only(tmp_path):
+    """A group's database password and unrelated variables stay on the controller; what reaches the host
+    (connection, become, interpreter) and gpufleet's policy layers and settings go."""
+    inv = tmp_path / "hosts.yml"
+    group_vars = {
+        "ansible_host": "10.0.0.5",
+        "ansible_user": "ops",
+        "ansible_become": True,
+        "ansible_become_method": "sudo",
+        "ansible_ssh_common_args": "-o ProxyJump=bastion",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "gpufleet_policy_group": {"gpu.power_limit_w": 400},
+        "gpufleet_sample_seconds": 0.5,
+        "db_password": "s3cret",
+        "monitoring_token": "t0ken",
+        "ansible_vault_notes": "not a connection variable",
+    }
+    inv.write_text(json.dumps({"all": {"children": {"eu": {"hosts": {"eu1": {}}, "vars": group_vars}}}}))
+    plan = workers.plan([str(inv)], ["eu1"], ["eu=ssh://exec-eu"])
+    shipped = plan.hostvars["eu1"]
+    dropped = {"db_password", "monitoring_token", "ansible_vault_notes"}
+    assert shipped == {k: v for k, v in group_vars.items() if k not in dropped}
+
+
+def _vaulted(plain: str, password: bytes = b"lab-vault-pw") -> str:
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    text = VaultLib([("default", VaultSecret(password))]).encrypt(plain)
+    text = text.decode() if isinstance(text, bytes) else text
+    return "!vault |\n" + "".join(f"      {line}\n" for line in text.splitlines())
+
+
+def _vault_inventory(tmp_path, **vaulted: str):
+    lines = ["all:", "  children:", "    eu:", "      hosts: {eu1: {}}", "      vars:"]
+    lines.append("        ansible_connection: local")
+    for name, value in vaulted.items():
+        lines.append(f"        {name}: " + _vaulted(value).replace("\n      ", "\n          ").rstrip("\n"))
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("\n".join(lines) + "\n")
+    return str(inv)
+
+
+def test_plan_with_an_unrelated_vaulted_variable_needs_no_password(tmp_path, monkeypatch):
+    """A vaulted group variable the audit does not read is neither decrypted nor shipped: planning works without
+    a vault password (it stopped with Ansible's ReferenceError)."""
+    monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
+    monkeypatch.delenv("ANSIBLE_VAULT_IDENTITY_LIST", raising=False)
+    inv = _vault_inventory(tmp_path, db_password="s3cret")
+    plan = workers.plan([inv], ["eu1"], ["eu=ssh://exec-eu"])
+    assert plan.hostvars["eu1"] == {"ansible_connection": "local"}
+
+
+def test_plan_decrypts_a_vaulted_variable_the_worker_needs(tmp_path, monkeypatch):
+    """A vaulted become password and policy layer: decrypted on the controller with the vault password Ansible is
+    configured with (ANSIBLE_VAULT_PASSWORD_FILE, as a direct run reads it) and shipped in clear; the unrelated
+    vaulted variable is not shipped."""
+    pw = tmp_path / "vault-pw"
+    pw.write_text("lab-vault-pw\n")
+    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(pw))
+    inv = _vault_inventory(tmp_path, ansible_become_password="b3come", gpufleet_environment="X", db_password="s3cret")
+    plan = workers.plan([inv], ["eu1"], ["eu=ssh://exec-eu"])
+    assert plan.hostvars["eu1"] == {
+        "ansible_connection": "local",
+        "ansible_become_password": "b3come",
+        "gpufleet_environment": "X",
+    }
+
+
+@pytest.mark.parametrize("password", [None, "wrong-password"])
+def test_plan_says_which_vaulted_variable_it_cannot_open(tmp_path, monkeypatch, password):
+    monkeypatch.delenv("ANSIBLE_VAULT_IDENTITY_LIST", raising=False)
+    if password:
+        pw = tmp_path / "vault-pw"
+        pw.write_text(password + "\n")
+        monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(pw))
+        says = "ansible_become_password of host eu1 is vault-encrypted and cannot be decrypted"
+    else:
+        monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
+        says = "ansible_become_password of host eu1 is vault-encrypted and the worker needs it: give its vault password"
+    inv = _vault_inventory(tmp_path, ansible_become_password="b3come")
+    with pytest.raises(UsageError, match=says):
+        workers.plan([inv], ["eu1"], ["eu=ssh://exec-eu"])
