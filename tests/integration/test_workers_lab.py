@@ -223,3 +223,75 @@ def test_worker_that_fails_on_the_node(lab):
     t1, t2 = report["hosts"]["t1"], report["hosts"]["t2"]
     assert t1["status"] == "unreachable" and "ansible-runner" in t1["message"] and "not found" in t1["message"]
     assert t2["status"] == "ok" and t2["via"] == "worker:us"
+
+
+def _node_state(lab) -> tuple[set[str], list[str]]:
+    """The node's /tmp entries and its ansible-runner, ansible-playbook and ProxyCommand (sleep 117) processes."""
+    node = lab["names"]["node"]
+    entries = set(_run("podman", "exec", node, "ls", "-A", "/tmp").split())
+    procs = subprocess.run(
+        ["podman", "exec", node, "ps", "-eo", "args="], capture_output=True, text=True, timeout=60
+    ).stdout.splitlines()
+    return entries, [p for p in procs if "ansible-runner" in p or "ansible-playbook" in p or "sleep 117" in p]
+
+
+def _descendants(pid: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in kids.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def test_killed_ssh_leaves_nothing_on_the_node(lab):
+    """The controller's ssh to the node is killed while the node audits t1 (whose connection hangs: a ProxyCommand
+    that sleeps, so the playbook would wait for the host's 120 s timeout): the node's side of the stream closes,
+    its wrapper stops ansible-runner worker, the playbook and its ssh, and removes the run's directory; /tmp on the
+    node is as before and none of those processes is left, within 30 s."""
+    import signal
+
+    node = f"ssh://root@{lab['addr']}"
+    inventory = json.loads(lab["inventory"].read_text())
+    # port 2299: no ControlPersist master of the earlier tests' t1 connections (same host, port and user) is reused
+    hang = {"ansible_port": 2299, "ansible_ssh_common_args": "-o ProxyCommand='sleep 117'"}
+    inventory["all"]["children"]["eu"]["hosts"]["t1"].update(hang)
+    slow = lab["tmp"] / "slow.yml"
+    slow.write_text(json.dumps(inventory))
+    before, procs = _node_state(lab)
+    assert not procs, procs
+    argv = [sys.executable, "-m", "gpufleet.cli", "audit", "-i", str(slow), "-l", "t1", "--out", str(lab["tmp"] / "k")]
+    argv += ["--worker", f"eu={node}", f"--worker-ssh-args={lab['ssh']}"]
+    cli = subprocess.Popen(["ip", "netns", "exec", lab["ctl"], *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        running: list[str] = []
+        while time.monotonic() < deadline and not any("sleep 117" in p for p in running):
+            time.sleep(0.5)
+            running = _node_state(lab)[1]
+        assert any("sleep 117" in p for p in running), f"the node never connected to t1: {running}"
+        entries = _node_state(lab)[0]
+        assert any(e.startswith("gpufleet-worker-") for e in entries - before), entries - before
+        ssh = [p for p in _descendants(cli.pid) if Path(f"/proc/{p}/comm").read_text().strip() == "ssh"]
+        assert len(ssh) == 1, ssh
+        os.kill(ssh[0], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        entries, procs = _node_state(lab)
+        while (entries - before or procs) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            entries, procs = _node_state(lab)
+        assert entries - before == set() and procs == [], (entries - before, procs)
+        out, err = cli.communicate(timeout=60)
+        assert cli.returncode == 2, err.decode()[-3000:]  # t1 unreachable: its worker's stream was cut
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
