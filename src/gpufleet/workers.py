@@ -263,7 +263,9 @@ def parse_option(text: str) -> Worker:
 @dataclass
 class Plan:
     """Which hosts go through which worker (``by_worker``) and which the controller audits itself (``direct``),
-    with each host's inventory variables (what the region's job ships)."""
+    with each host's inventory variables: for a worker's host what the region's job ships (``shipped`` names,
+    vaulted values decrypted), for a direct host the same names without vaulted values (the direct run reads the
+    inventory itself; these are only read for the report)."""
 
     direct: list[str] = field(default_factory=list)
     by_worker: dict[Worker, list[str]] = field(default_factory=dict)
@@ -293,6 +295,14 @@ def _plain(value: Any, decrypt: Callable[[Any], str]) -> Any:
     if value is None or isinstance(value, (bool, int, float)):
         return value
     return str(value)
+
+
+class _Sealed(Exception):
+    """A vaulted value left closed (a direct host's variables)."""
+
+
+def _sealed(value: Any) -> str:
+    raise _Sealed
 
 
 def _vault_secrets(loader: Any) -> list:
@@ -400,8 +410,6 @@ def plan(inventory: list[str], host_names: list[str], options: list[str]) -> Pla
         for internal in C.INTERNAL_STATIC_VARS:
             hv.pop(internal, None)
         route = {k: _plain(hv[k], decrypter(name, k)) for k in (WORKER_VAR, REGION_VAR) if hv.get(k) is not None}
-        hv = {str(k): _plain(v, decrypter(name, str(k))) for k, v in hv.items() if shipped(str(k))}
-        result.hostvars[name] = hv
         worker = chosen.get(name)
         if worker is None and route.get(WORKER_VAR):
             url = str(route[WORKER_VAR])
@@ -410,10 +418,17 @@ def plan(inventory: list[str], host_names: list[str], options: list[str]) -> Pla
             if region in regions and regions[region] != worker:
                 raise UsageError(f"{WORKER_VAR}: region {region!r} has two workers ({regions[region].url}, {url})")
             regions[region] = worker
+        names = [str(k) for k in hv if shipped(str(k))]
         if worker is None:
             result.direct.append(name)
+            kept = {}
+            for k in names:  # the direct run reads the inventory itself: nothing vaulted is opened here
+                with contextlib.suppress(_Sealed):
+                    kept[k] = _plain(hv[k], _sealed)
         else:
             result.by_worker.setdefault(worker, []).append(name)
+            kept = {k: _plain(hv[k], decrypter(name, k)) for k in names}
+        result.hostvars[name] = kept
     return result
 
 

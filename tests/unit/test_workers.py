@@ -299,3 +299,13 @@ def test_plan_says_which_vaulted_variable_it_cannot_open(tmp_path, monkeypatch, 
     inv = _vault_inventory(tmp_path, ansible_become_password="b3come")
     with pytest.raises(UsageError, match=says):
         workers.plan([inv], ["eu1"], ["eu=ssh://exec-eu"])
+
+
+def test_plan_opens_no_vault_for_direct_hosts(tmp_path, monkeypatch):
+    """A direct host's vaulted become password is the direct run's business (ansible-playbook reads the inventory
+    itself): planning does not need its vault password and keeps nothing vaulted for it."""
+    monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
+    monkeypatch.delenv("ANSIBLE_VAULT_IDENTITY_LIST", raising=False)
+    inv = _vault_inventory(tmp_path, ansible_become_password="b3come")
+    plan = workers.plan([inv], ["eu1"], [])
+    assert plan.direct == ["eu1"] and plan.hostvars["eu1"] == {"ansible_connection": "local"}
