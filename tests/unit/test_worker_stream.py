@@ -234,7 +234,7 @@ def test_a_real_worker_gives_results_its_zip_dropped_and_its_dir_removed(fake, t
     assert outcome.results["eu1"]["ping"] == "pong" and outcome.results["eu2"]["ping"] == "pong"
     argv = json.loads((fake / "argv.log").read_text().splitlines()[0])
     assert argv[-3:-1] == ["--", "tester@exec-eu"]
-    assert b'{"zipfile"' in (fake / "stdin.bin").read_bytes()  # the job went; the answer's zip was skipped
+    assert b'{"zipfile"' in (fake / "stdin.bin").read_bytes()  # the job went over ssh's stdin, held open
     assert list((fake / "node-tmp").iterdir()) == []
     assert list((tmp_path / "ctl-tmp").iterdir()) == []
 
