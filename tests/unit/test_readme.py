@@ -37,7 +37,7 @@ def test_role_readmes_match_their_argument_specs():
 
 EXAMPLE = REPO / "inventories" / "example"
 WALKTHROUGH_TITLE = "Audit your own fleet in ten minutes"
-MOVED_TO_DOCS = ("docs/quality.md", "docs/reliability.md", "docs/testing.md", "docs/benchmarks.md")
+MOVED_TO_DOCS = ("docs/quality.md", "docs/reliability.md", "docs/security.md", "docs/testing.md", "docs/benchmarks.md")
 
 
 def _sections() -> dict[str, str]:
@@ -187,7 +187,7 @@ def test_readme_and_docs_links_resolve():
 def test_moved_detail_lives_in_docs_and_the_readme_keeps_a_summary():
     sections = _sections()
     for title, doc in zip(
-        ("Quality gates and installing the collection", "Reliability", "Testing without a GPU", "Benchmarks"),
+        ("Quality gates and installing the collection", "Reliability", "Security", "Testing without a GPU", "Benchmarks"),
         MOVED_TO_DOCS,
         strict=True,
     ):

@@ -89,3 +89,27 @@ def test_bandit_is_clean():
     ]
     # each exception names the test it silences and says why
     assert all(re.search(r"# nosec B\d{3}\s+# \w", line) for line in nosec), nosec
+
+
+def test_the_threat_model_names_tests_that_exist():
+    """docs/security.md backs each claim with a test: every test file and test it names exists (a renamed or removed
+    test makes the page untrue), and each kind of attacker has its section."""
+    text = (REPO / "docs" / "security.md").read_text()
+    for section in ("A compromised GPU host", "A compromised execution node", "A local user on a GPU host", "A reader"):
+        assert f"## {section}" in text, section
+    named = re.findall(r"`(tests/[\w/]+\.py)((?:::\w+)?)`", text)
+    # `::name` right after a cited file (", `::other`") belongs to the last file named
+    refs, last = [], None
+    for token in re.findall(r"`(tests/[\w/]+\.py(?:::\w+)?|::\w+)`", text):
+        if token.startswith("::"):
+            refs.append((last, token[2:]))
+        else:
+            last, _, name = token.partition("::")
+            refs.append((last, name or None))
+    assert "_TESTS" not in text, "a placeholder is left"
+    assert len(named) >= 15 and len(refs) >= len(named)
+    for path, name in refs:
+        source = REPO / path
+        assert source.is_file(), f"docs/security.md names {path}, which does not exist"
+        if name:
+            assert re.search(rf"^(async )?def {name}\(", source.read_text(), re.M), f"{path} has no test {name}"

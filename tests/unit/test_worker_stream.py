@@ -41,7 +41,9 @@ import json, os, subprocess, sys, threading
 here = {here!r}
 with open(os.path.join(here, "argv.log"), "a") as log:
     log.write(json.dumps(sys.argv[1:]) + "\\n")
-answer = os.path.join(here, "answer")
+answer = os.path.join(here, "answer-" + sys.argv[-2].rpartition("@")[2])  # this node's own answer, if any
+if not os.path.exists(answer):
+    answer = os.path.join(here, "answer")
 child = None
 if not os.path.exists(answer):
     env = dict(os.environ, TMPDIR=os.path.join(here, "node-tmp"))
@@ -302,3 +304,17 @@ def test_a_killed_ssh_leaves_no_directory_on_the_node(fake, tmp_path, local_host
     assert _node_leftovers(fake) == []
     assert _sleeping(marker) == []
     assert time.monotonic() - started < 70
+
+
+def test_a_node_cannot_answer_for_hosts_outside_its_region(fake, tmp_path):
+    """A node's events about hosts it was not given (another region's, or made up) are not anyone's result: each
+    host's result comes only from the part of the run that audits it."""
+    (fake / "answer-exec-eu").write_bytes(_answer(["eu1", "us1", "made-up"]))  # eu's node lies about us1 too
+    (fake / "answer-exec-us").write_bytes(_answer([]))  # us's node answers nothing for its host
+    eu = workers.parse_option(f"eu=ssh://tester@exec-eu{VENV}")
+    us = workers.parse_option(f"us=ssh://tester@exec-us{VENV}")
+    plan = workers.Plan(by_worker={eu: ["eu1"], us: ["us1"]}, hostvars={"eu1": {}, "us1": {}})
+    outcome = workers.run_all(plan, [], "audit.yml", ACTION, {})
+    assert set(outcome.results) == {"eu1", "us1"}
+    assert outcome.results["eu1"]["ping"] == "pong"
+    assert outcome.results["us1"] is None
