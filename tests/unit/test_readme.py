@@ -187,7 +187,8 @@ def test_readme_and_docs_links_resolve():
 def test_moved_detail_lives_in_docs_and_the_readme_keeps_a_summary():
     sections = _sections()
     for title, doc in zip(
-        ("Quality gates and installing the collection", "Reliability", "Security", "Testing without a GPU", "Benchmarks"),
+        ("Quality gates and installing the collection", "Reliability", "Security", "Testing without a GPU",
+         "Benchmarks"),
         MOVED_TO_DOCS,
         strict=True,
     ):
