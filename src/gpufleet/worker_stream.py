@@ -12,11 +12,12 @@ region must not reach the controller, so ``StreamGuard`` sits between ssh's stdo
 - the ``{"eof": true}`` that ends the stream.
 
 Zip records are never passed on nor unpacked (the controller keeps nothing of the node's artifacts: the events
-carry every result); each is decoded into a temporary file of the controller's and its central directory read:
-a zip that is not one, or that holds a symlink, a special file or a path outside its directory (what ansible-runner's
-worker never sends: a node that may be compromised) ends the stream like the records below. Anything else (a line that is not a JSON object, a record of another kind, a malformed zip size), a line
-longer than ``max_line`` or a stream longer than ``max_bytes`` ends the stream: ``error`` says why, ``on_error``
-is called (run_worker kills ssh there) and the processor reads an error status and the end of the stream.
+carry every result); each is decoded into a temporary file of the controller's and its central directory read.
+A zip that is not one, or that holds a symlink, a special file or a path outside its directory (what
+ansible-runner's worker never sends: a node that may be compromised), anything else (a line that is not a JSON
+object, a record of another kind, a malformed zip size), a line longer than ``max_line`` or a stream longer than
+``max_bytes`` ends the stream: ``error`` says why, ``on_error`` is called (run_worker kills ssh there) and the
+processor reads an error status and the end of the stream.
 """
 
 from __future__ import annotations
