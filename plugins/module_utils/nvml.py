@@ -262,9 +262,41 @@ def read_gpu(nv, handle, index, fs):
 
 
 def _read_gpu(nv, handle, index, fs):
+    """One GPU's facts, section by section, in the order NVML is asked (once the GPU is lost, nothing after it is
+    read); the error counters' first read is taken where collect() times its sample window from."""
     g = _Gpu(nv, handle, index)
     d = g.data
+    _identity(g)
+    d["memory"] = _memory(g)
+    d["persistence_mode"] = _bool(g.call("persistence_mode", "nvmlDeviceGetPersistenceMode"))
+    util = g.call("utilization", "nvmlDeviceGetUtilizationRates")
+    d["utilization"] = None if util is None else {"gpu_pct": int(util.gpu), "memory_pct": int(util.memory)}
+    d["power"] = _power(g)
+    d["ecc"] = _ecc(g)
+    d["remapped_rows"] = _remapped_rows(g)
+    d["retired_pages"] = _retired_pages(g)
+    d["clocks"] = _clocks(g)
+    d["clock_event_reasons"] = _clock_event_reasons(g, nv)
+    d["temperature"] = _temperature(g)
+    d["pcie"] = _pcie(g)
+    d["compute_mode"] = decoders.compute_mode_name(g.call("compute_mode", "nvmlDeviceGetComputeMode"))
+    d["mig"] = _mig(g)
+    d["nvlink"] = _nvlink(g, nv)
+    d["fabric"] = _fabric(g, nv)
+    d["recovery_action"] = _recovery_action(g, nv)
+    d["vbios_version"] = _text(g.call("vbios_version", "nvmlDeviceGetVbiosVersion"))
+    g.first = _counters(g, nv)
+    g.first_at = time.monotonic()
+    words = g.call("cpu_affinity", "nvmlDeviceGetCpuAffinity", CPU_SET_WORDS)
+    d["cpu_affinity"] = decoders.cpus_to_cpulist(decoders.mask_words_to_cpus(words)) if words is not None else None
+    d["numa_node"] = _numa_node(g, nv, fs, d["pci_bus_id"])
+    d["processes"] = _processes(g)
+    return g
 
+
+def _identity(g):
+    """name, uuid, PCI bus and device id, architecture."""
+    d = g.data
     d["name"] = _text(g.call("name", "nvmlDeviceGetName"))
     d["uuid"] = _text(g.call("uuid", "nvmlDeviceGetUUID"))
     pci = g.call("pci_bus_id", "nvmlDeviceGetPciInfo")
@@ -272,27 +304,26 @@ def _read_gpu(nv, handle, index, fs):
     d["pci_device_id"] = ("0x%08X" % pci.pciDeviceId) if pci is not None else None
     d["architecture"] = decoders.architecture_name(g.call("architecture", "nvmlDeviceGetArchitecture"))
 
+
+def _memory(g):
     mem = g.call("memory", "nvmlDeviceGetMemoryInfo")
-    if mem is not None:
-        total, used = int(mem.total), int(mem.used)
-        d["memory"] = {
-            "total_mib": _mib(total),
-            "used_mib": _mib(used),
-            "free_mib": _mib(mem.free),
-            "used_pct": round(100.0 * used / total, 1) if total else None,
-        }
-    else:
-        d["memory"] = None
+    if mem is None:
+        return None
+    total, used = int(mem.total), int(mem.used)
+    return {
+        "total_mib": _mib(total),
+        "used_mib": _mib(used),
+        "free_mib": _mib(mem.free),
+        "used_pct": round(100.0 * used / total, 1) if total else None,
+    }
 
-    d["persistence_mode"] = _bool(g.call("persistence_mode", "nvmlDeviceGetPersistenceMode"))
 
-    util = g.call("utilization", "nvmlDeviceGetUtilizationRates")
-    d["utilization"] = None if util is None else {"gpu_pct": int(util.gpu), "memory_pct": int(util.memory)}
-
+def _power(g):
+    """Draw and limits in watts; the min/max limits come from one call (both unsupported when it fails)."""
     constraints = g.call("power.min_limit_w", "nvmlDeviceGetPowerManagementLimitConstraints")
     if constraints is None and "power.min_limit_w" in g.unsupported:
         g.unsupported["power.max_limit_w"] = g.unsupported["power.min_limit_w"]
-    d["power"] = {
+    return {
         "usage_w": _watts(g.call("power.usage_w", "nvmlDeviceGetPowerUsage")),
         "limit_w": _watts(g.call("power.limit_w", "nvmlDeviceGetPowerManagementLimit")),
         "default_limit_w": _watts(g.call("power.default_limit_w", "nvmlDeviceGetPowerManagementDefaultLimit")),
@@ -301,12 +332,15 @@ def _read_gpu(nv, handle, index, fs):
         "enforced_limit_w": _watts(g.call("power.enforced_limit_w", "nvmlDeviceGetEnforcedPowerLimit")),
     }
 
+
+def _ecc(g):
+    """ECC mode (current, pending) and the volatile and aggregate error counts."""
     ecc_current, ecc_pending = _pair(g.call("ecc.current", "nvmlDeviceGetEccMode"))
     if "ecc.current" in g.unsupported:
         g.unsupported["ecc.pending"] = g.unsupported["ecc.current"]
     unc = NVML_MEMORY_ERROR_TYPE_UNCORRECTED
     cor = NVML_MEMORY_ERROR_TYPE_CORRECTED
-    d["ecc"] = {
+    return {
         "current": ecc_current,
         "pending": ecc_pending,
         "volatile_uncorrected": g.call("ecc.volatile_uncorrected", "nvmlDeviceGetTotalEccErrors",
@@ -319,13 +353,19 @@ def _read_gpu(nv, handle, index, fs):
                                       cor, NVML_AGGREGATE_ECC),
     }
 
+
+def _remapped_rows(g):
     rows = g.call("remapped_rows", "nvmlDeviceGetRemappedRows")
-    d["remapped_rows"] = None if rows is None else {
+    return None if rows is None else {
         "corrected": int(rows[0]),
         "uncorrected": int(rows[1]),
         "pending": bool(int(rows[2])),
         "failure": bool(int(rows[3])),
     }
+
+
+def _retired_pages(g):
+    """Pages retired for single- and double-bit errors (GPUs before Ampere; row remapping replaced it)."""
     sbe = g.call("retired_pages", "nvmlDeviceGetRetiredPages",
                  NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
     dbe = None
@@ -333,13 +373,16 @@ def _read_gpu(nv, handle, index, fs):
     if sbe is not None:
         dbe = g.call("retired_pages", "nvmlDeviceGetRetiredPages", NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
         pending = g.call("retired_pages.pending", "nvmlDeviceGetRetiredPagesPendingStatus")
-    d["retired_pages"] = None if sbe is None or dbe is None else {
+    return None if sbe is None or dbe is None else {
         # list(): nvidia-ml-py3 7.352 returns a map object
         "single_bit": len(list(sbe)),
         "double_bit": len(list(dbe)),
         "pending": _bool(pending),
     }
 
+
+def _clocks(g):
+    """Current and maximum graphics, SM and memory clocks; application clocks and their defaults."""
     clocks = {}
     for kind, const in (("graphics", NVML_CLOCK_GRAPHICS), ("sm", NVML_CLOCK_SM), ("mem", NVML_CLOCK_MEM)):
         clocks[kind] = g.call("clocks." + kind, "nvmlDeviceGetClockInfo", const)
@@ -348,11 +391,11 @@ def _read_gpu(nv, handle, index, fs):
         clocks["app_" + kind] = g.call("clocks.app_" + kind, "nvmlDeviceGetApplicationsClock", const)
         clocks["default_app_" + kind] = g.call("clocks.default_app_" + kind,
                                                "nvmlDeviceGetDefaultApplicationsClock", const)
-    d["clocks"] = clocks
+    return clocks
 
-    d["clock_event_reasons"] = _clock_event_reasons(g, nv)
 
-    d["temperature"] = {
+def _temperature(g):
+    return {
         "gpu": g.call("temperature.gpu", "nvmlDeviceGetTemperature", NVML_TEMPERATURE_GPU),
         "slowdown": g.call("temperature.slowdown", "nvmlDeviceGetTemperatureThreshold",
                            NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
@@ -362,37 +405,30 @@ def _read_gpu(nv, handle, index, fs):
                           NVML_TEMPERATURE_THRESHOLD_GPU_MAX),
     }
 
-    d["pcie"] = {
+
+def _pcie(g):
+    """The PCIe link's current and maximum generation and width (the replay counter is read with the counters)."""
+    return {
         "gen_current": g.call("pcie.gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
         "width_current": g.call("pcie.width_current", "nvmlDeviceGetCurrPcieLinkWidth"),
         "gen_max": g.call("pcie.gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
         "width_max": g.call("pcie.width_max", "nvmlDeviceGetMaxPcieLinkWidth"),
     }
 
-    d["compute_mode"] = decoders.compute_mode_name(g.call("compute_mode", "nvmlDeviceGetComputeMode"))
 
+def _mig(g):
+    """MIG mode (current, pending); None where MIG is not supported."""
     mig_current, mig_pending = _pair(g.call("mig.current", "nvmlDeviceGetMigMode"))
     if "mig.current" in g.unsupported:
         g.unsupported["mig.pending"] = g.unsupported["mig.current"]
-    d["mig"] = None if mig_current is None else {"current": mig_current, "pending": mig_pending}
+    return None if mig_current is None else {"current": mig_current, "pending": mig_pending}
 
-    d["nvlink"] = _nvlink(g, nv)
-    d["fabric"] = _fabric(g, nv)
-    d["recovery_action"] = _recovery_action(g, nv)
-    d["vbios_version"] = _text(g.call("vbios_version", "nvmlDeviceGetVbiosVersion"))
-    g.first = _counters(g, nv)
-    g.first_at = time.monotonic()
 
-    words = g.call("cpu_affinity", "nvmlDeviceGetCpuAffinity", CPU_SET_WORDS)
-    d["cpu_affinity"] = decoders.cpus_to_cpulist(decoders.mask_words_to_cpus(words)) if words is not None else None
-    d["numa_node"] = _numa_node(g, nv, fs, d["pci_bus_id"])
-
+def _processes(g):
     procs = g.call("processes", "nvmlDeviceGetComputeRunningProcesses")
-    d["processes"] = None if procs is None else [
+    return None if procs is None else [
         {"pid": int(p.pid), "used_memory_mib": _mib(p.usedGpuMemory)} for p in procs
     ]
-
-    return g
 
 
 def _finish(g, second=None, seconds=None):
