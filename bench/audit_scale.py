@@ -150,7 +150,8 @@ def _write_inventory(fleet: Path, groups: dict[str, list[str]], sample_seconds: 
     The simulation's per-host paths (fixture root, fake NVML state, recorded ethtool output) are literal host
     variables, not templates over inventory_hostname as in inventories/demo: a real host has none of them, and as
     templates they cost the audit three Jinja compiles per host that ping, which never reads them, does not pay
-    (bench/README.md, "Third runs"). The policy's templated `site` stays, as a user might write it."""
+    (docs/benchmarks.md, "Where the controller's CPU goes"). The policy's templated `site` stays, as a user might
+    write it."""
     inv = fleet / "inventory"
     (inv / "group_vars").mkdir(parents=True, exist_ok=True)
     lines = [
@@ -179,7 +180,7 @@ def _write_inventory(fleet: Path, groups: dict[str, list[str]], sample_seconds: 
 ansible_connection: local
 ansible_python_interpreter: "{{{{ ansible_playbook_python }}}}"
 gpufleet_ethtool_path: {json.dumps(str(FAKE_ETHTOOL))}
-# Fixture files do not change over time (swap rates are 0 whatever the sample): see bench/README.md.
+# Fixture files do not change over time (swap rates are 0 whatever the sample): see bench/README.md (--sample-seconds).
 gpufleet_sample_seconds: {sample_seconds}
 # For bench/naive_audit.yml: nvidia-smi that answers from the same FAKE_NVML_STATE.
 naive_nvidia_smi: {json.dumps(str(FAKE_SMI))}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Markdown tables from `bench/wan.py coexist` results (bench/results/wan-coexist-*.json), as bench/README.md shows
+"""Markdown tables from `bench/wan.py coexist` results (bench/results/wan-coexist-*.json), as docs/benchmarks.md shows
 them: per case and loss rate, each flow's median goodput, congestion control (iperf3's and ss's view) and share
 of its payload the link dropped; the median sending rate over each run's second half (start-up over); the
 bottleneck's buffer drops; the stock neighbour's goodput against its own alone; the load averages.

@@ -17,7 +17,7 @@ under /usr/bin/time through a wrapper interpreter), per host. With the local con
 the controller's CPUs; on real hosts they do not, so the controller is idle while it waits (echo-wait shows what
 it then spends).
 
-    .venv/bin/python bench/controller_cost.py                 # N = 100, 1 round, ~7 min
+    .venv/bin/python bench/controller_cost.py                 # N = 100, 1 round
     .venv/bin/python bench/controller_cost.py --size 300 --rounds 2
     .venv/bin/python bench/controller_cost.py --phases --strategies gpufleet.tuning.linear \
         --contenders ping,audit+report

@@ -35,10 +35,10 @@ Ctrl-C and SIGTERM included). Results: bench/results/wan-<YYYY-MM-DD>.json, wan-
 wan-coexist-<YYYY-MM-DD>.json.
 
     .venv/bin/python bench/wan.py                       # 3 loss rates x 1/4 streams x 3 configs x 3 runs, 10 s
-    .venv/bin/python bench/wan.py --duration 30         # steady state (about 3 x longer)
+    .venv/bin/python bench/wan.py --duration 30         # steady state
     .venv/bin/python bench/wan.py --path-mtu 9000       # jumbo frames along the path (the role sets MTU 9000)
     .venv/bin/python bench/wan.py ansible               # shipped ansible.cfg vs defaults, 3 runs each
-    .venv/bin/python bench/wan.py coexist               # 5 cases x 0 / 0.1 % loss x 3 runs of 15 s (~9 min)
+    .venv/bin/python bench/wan.py coexist               # 5 cases x 0 / 0.1 % loss x 3 runs of 15 s
 
 The code: bench/benchlib/ — lab.py (namespaces, veth, the emulator), goodput.py (iperf), ansible_link.py
 (ansible), coexist.py (coexist), iperf3.py (iperf3's JSON), tables.py (the one table printer), base.py (paths,

@@ -463,11 +463,11 @@ def report(result: dict[str, Any]) -> str:
     )
 
 
-README_FLOWS = ("A", "B", "own")  # the flows over the link, in the README table's order
+README_FLOWS = ("A", "B", "own")  # the flows over the link, in the table's order
 
 
 def readme_table(result: dict[str, Any]) -> str:
-    """The table bench/README.md shows for a results file (bench/coexist_table.py prints it): per case and loss
+    """The table docs/benchmarks.md shows for a results file (bench/coexist_table.py prints it): per case and loss
     rate each flow's median goodput, its congestion control (iperf3's and ss's view) and the share of its payload
     the link dropped; the median sending rate over each run's second half; the bottleneck's buffer drops; the stock
     neighbour's goodput against its own alone; the load averages. Recomputed from the runs (older files lack the

@@ -1,7 +1,7 @@
 """The one table printer of the benchmarks, and the number formats their cells use.
 
 Every benchmark (wan.py's three subcommands, audit_scale.py, coexist_table.py) prints its figures as Markdown
-tables, the form bench/README.md and the project README quote them in. Pure functions: no I/O.
+tables, the form docs/benchmarks.md and the project README quote them in. Pure functions: no I/O.
 """
 
 from __future__ import annotations
