@@ -10,7 +10,6 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpufleet.tuning.plugins.module_utils import policy
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils import fleet
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
 
@@ -29,23 +28,14 @@ ARGUMENT_SPEC = dict(
 )
 
 
-# The policy layers, lowest first (the audit module merges them in this order; filter effective_policy too).
-POLICY_LAYERS = policy.LAYERS
-
-
 def _policy_site(hostvars, name):
-    """The host's ``site`` from its policy layers (the last layer that sets one), or None. A host that did not
-    answer has no audit result to say it; the report still groups it with its site."""
-    site = None
+    """The host's ``site`` from its policy layers (``fleet.host_site``; the --policy layer is an extra var here),
+    or None when its variables cannot be read."""
     try:
         host = hostvars[name]
-        for layer in POLICY_LAYERS:
-            value = host.get(layer)
-            if isinstance(value, dict) and isinstance(value.get("site"), str) and value["site"]:
-                site = value["site"]
-    except Exception:  # a layer that cannot be templated leaves the site unknown; the audit judges the policy
-        return site
-    return site
+    except Exception:  # a host Ansible cannot give the variables of: its site stays unknown
+        return None
+    return fleet.host_site(host)
 
 
 def _registered(hostvars, name, var):

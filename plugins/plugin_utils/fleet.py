@@ -12,9 +12,10 @@ from __future__ import annotations
 import socket
 import uuid
 from datetime import datetime, timezone
+from collections.abc import Callable
 from typing import Any
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils import policy, rules
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report.schema import (
     DOWN_STATUSES,
     SCHEMA,
@@ -30,12 +31,18 @@ VERDICT_OK, VERDICT_FINDINGS, VERDICT_HOSTS = 0, 1, 2
 VERSION = "0.1.0"
 
 
-def plain(value: Any) -> Any:
-    """Copy into plain JSON types (Ansible hands back tagged/unsafe str subclasses and its own containers)."""
+def plain(value: Any, decrypt: Callable[[Any], str] | None = None) -> Any:
+    """Copy into plain JSON types (Ansible hands back tagged/unsafe str subclasses and its own containers): the one
+    copier, for a host's audit result here and a host's inventory variables in ``gpufleet.workers``.
+
+    ``decrypt``: what a vaulted value (``!vault``: an EncryptedString, AnsibleVaultEncryptedUnicode before 2.19)
+    becomes; it may raise to leave the value out. Without it a vaulted value is copied as ``str()`` makes it."""
+    if decrypt is not None and hasattr(value, "_ciphertext"):
+        return decrypt(value)
     if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
+        return {str(k): plain(v, decrypt) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
+        return [plain(v, decrypt) for v in value]
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):
@@ -43,6 +50,26 @@ def plain(value: Any) -> Any:
     if isinstance(value, float):
         return float(value)
     return str(value)
+
+
+def host_site(host_vars: Any, overrides: dict | None = None) -> str | None:
+    """The host's ``site`` from its policy layers, lowest first (``policy.LAYERS``: the inventory's policy, its
+    group's, its host's, then the ``--policy`` overrides): the last layer that sets one, or None. A host that did
+    not answer has no audit result to say its site; the report still groups it with its site. The one reading, for
+    the ``audit_report`` action and for the CLI's report of a run with workers.
+
+    ``host_vars``: the host's variables (its ``hostvars`` entry, or a dict); ``overrides``: the ``--policy`` layer
+    when the caller holds it apart from them (the CLI's extra vars). A layer that cannot be read (a template that
+    fails) ends the reading: the site is what the layers below it said; the audit judges the policy."""
+    site = None
+    for layer in policy.LAYERS:
+        try:
+            value = overrides if layer == policy.LAYERS[-1] and overrides is not None else host_vars.get(layer)
+        except Exception:  # Ansible templating the layer failed (any of its errors)
+            return site
+        if isinstance(value, dict) and isinstance(value.get("site"), str) and value["site"]:
+            site = value["site"]
+    return site
 
 
 def _down(status: str, message: str, site: str | None = None) -> dict:

@@ -30,8 +30,3 @@ def explain(report: dict[str, Any], fail_on: str) -> tuple[int, str | None]:
 
     # One home for the verdict: playbooks/audit.yml fails the run by the same function (audit_report).
     return fleet.verdict(report, fail_on)
-
-
-def for_report(report: dict[str, Any], fail_on: str) -> int:
-    """``explain``'s exit code alone."""
-    return explain(report, fail_on)[0]

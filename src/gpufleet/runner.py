@@ -116,12 +116,6 @@ class Stopper:
                 signal.signal(sig, handler)
 
 
-def _host(hosts: dict[str, HostResult], name: str) -> HostResult:
-    if name not in hosts:
-        hosts[name] = HostResult(name)
-    return hosts[name]
-
-
 def action_of(event_data: dict[str, Any]) -> str | None:
     """The module or action plugin behind a task event, as a fully qualified name (``gpufleet.tuning.audit``).
 
@@ -132,13 +126,38 @@ def action_of(event_data: dict[str, Any]) -> str | None:
     return event_data.get("resolved_action") or event_data.get("task_action") or None
 
 
-def _message(res: dict[str, Any]) -> str:
+def failure_message(res: dict[str, Any]) -> str:
+    """The first line of why a task failed (its ``msg``, ``reason`` or ``stderr``), or ``failed``."""
     msg = str(res.get("msg") or res.get("reason") or res.get("stderr") or "").strip()
     return msg.splitlines()[0] if msg else "failed"
 
 
-def _clean(res: dict[str, Any]) -> dict[str, Any]:
+def clean_result(res: dict[str, Any]) -> dict[str, Any]:
+    """A task's result without Ansible's own keys (``_ansible_*``, ``invocation``)."""
     return {k: v for k, v in (res or {}).items() if not k.startswith("_ansible") and k != "invocation"}
+
+
+TASK_RESULT_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable")
+
+
+def collect(hosts: dict[str, HostResult], event: dict[str, Any]) -> None:
+    """Record a task event's result under its host: the one reading of ansible-runner's ``runner_on_*`` events, for
+    a direct run (``run_playbook``) and a worker's stream (``workers``). Other events are ignored."""
+    data = event.get("event_data") or {}
+    name = data.get("host")
+    kind = event.get("event")
+    if not name or kind not in TASK_RESULT_EVENTS:
+        return
+    h = hosts.setdefault(name, HostResult(name))
+    task, action, res = data.get("task", ""), action_of(data), clean_result(data.get("res") or {})
+    if kind == "runner_on_ok":
+        h.record(task, action, res)
+    elif kind == "runner_on_failed":
+        h.record(task, action, res)
+        h.status, h.message = "failed", f"{task}: {failure_message(res)}"
+    else:
+        h.record(task, action, {**res, "unreachable": True})
+        h.status, h.message = "unreachable", failure_message(res)
 
 
 def run_playbook(
@@ -184,23 +203,7 @@ def run_playbook(
             stopper.pid = int(event["pid"])
             if stopper.signals:  # a signal came before ansible-playbook said who it is
                 stopper.on_signal(stopper.signals.pop())
-        data = event.get("event_data") or {}
-        name = data.get("host")
-        kind = event.get("event")
-        if name:
-            task = data.get("task", "")
-            action = action_of(data)
-            res = _clean(data.get("res") or {})
-            if kind == "runner_on_ok":
-                _host(hosts, name).record(task, action, res)
-            elif kind == "runner_on_failed":
-                h = _host(hosts, name)
-                h.record(task, action, res)
-                h.status, h.message = "failed", f"{task}: {_message(res)}"
-            elif kind == "runner_on_unreachable":
-                h = _host(hosts, name)
-                h.record(task, action, {**res, "unreachable": True})
-                h.status, h.message = "unreachable", _message(res)
+        collect(hosts, event)
         if on_event is not None:
             on_event(event)
         # False: ansible-runner does not write the event to its artifact directory. Every event would be written
@@ -276,11 +279,6 @@ def task_info(task_path: str | None) -> TaskInfo:
         return _TASKS_CACHE[file].get(int(line), TaskInfo())
     except ValueError:
         return TaskInfo()
-
-
-def task_tags(task_path: str | None) -> tuple[str, ...]:
-    """The tags of the task at ``task_path`` (see ``task_info``), with those of the blocks around it."""
-    return task_info(task_path).tags
 
 
 def _tasks_by_line(file: str) -> dict[int, TaskInfo]:

@@ -56,7 +56,7 @@ from urllib.parse import urlsplit
 
 from gpufleet import paths, worker_stream
 from gpufleet.exits import UsageError
-from gpufleet.runner import HostResult, _clean, _message, action_of, strategy_env
+from gpufleet.runner import HostResult, collect, strategy_env
 
 DEFAULT_VENV = "/opt/gpufleet/venv"
 WORKER_VAR = "gpufleet_worker"  # inventory variable (per group or host): the region's worker URL
@@ -286,18 +286,6 @@ def shipped(name: str) -> bool:
     return name.startswith(OWN_PREFIX) or name in CONNECTION_VARS or name.startswith(CONNECTION_PREFIXES)
 
 
-def _plain(value: Any, decrypt: Callable[[Any], str]) -> Any:
-    if hasattr(value, "_ciphertext"):  # a !vault value (EncryptedString; AnsibleVaultEncryptedUnicode before 2.19)
-        return decrypt(value)
-    if isinstance(value, dict):
-        return {str(k): _plain(v, decrypt) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v, decrypt) for v in value]
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return str(value)
-
-
 class _Sealed(Exception):
     """A vaulted value left closed (a direct host's variables)."""
 
@@ -364,6 +352,9 @@ def plan(inventory: list[str], host_names: list[str], options: list[str]) -> Pla
     from ansible.parsing.dataloader import DataLoader
     from ansible.vars.manager import VariableManager
 
+    paths.import_collection()
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.fleet import plain
+
     loader = DataLoader()
     inv = InventoryManager(loader=loader, sources=list(inventory))
     variables = VariableManager(loader=loader, inventory=inv)
@@ -397,10 +388,10 @@ def plan(inventory: list[str], host_names: list[str], options: list[str]) -> Pla
                                  f"password ({how})")  # fmt: skip
             ciphertext = value._ciphertext
             try:
-                plain = VaultLib(secrets).decrypt(ciphertext)
+                opened = VaultLib(secrets).decrypt(ciphertext)
             except AnsibleError as exc:
                 raise UsageError(f"{var} of host {host} is vault-encrypted and cannot be decrypted: {exc}") from None
-            return plain.decode("utf-8", "replace") if isinstance(plain, bytes) else str(plain)
+            return opened.decode("utf-8", "replace") if isinstance(opened, bytes) else str(opened)
 
         return decrypt
 
@@ -410,7 +401,7 @@ def plan(inventory: list[str], host_names: list[str], options: list[str]) -> Pla
         hv = variables.get_vars(host=host, include_hostvars=False, stage="all") if host else {}
         for internal in C.INTERNAL_STATIC_VARS:
             hv.pop(internal, None)
-        route = {k: _plain(hv[k], decrypter(name, k)) for k in (WORKER_VAR, REGION_VAR) if hv.get(k) is not None}
+        route = {k: plain(hv[k], decrypter(name, k)) for k in (WORKER_VAR, REGION_VAR) if hv.get(k) is not None}
         worker = chosen.get(name)
         if worker is None and route.get(WORKER_VAR):
             url = str(route[WORKER_VAR])
@@ -425,10 +416,10 @@ def plan(inventory: list[str], host_names: list[str], options: list[str]) -> Pla
             kept = {}
             for k in names:  # the direct run reads the inventory itself: nothing vaulted is opened here
                 with contextlib.suppress(_Sealed):
-                    kept[k] = _plain(hv[k], _sealed)
+                    kept[k] = plain(hv[k], _sealed)
         else:
             result.by_worker.setdefault(worker, []).append(name)
-            kept = {k: _plain(hv[k], decrypter(name, k)) for k in names}
+            kept = {k: plain(hv[k], decrypter(name, k)) for k in names}
         result.hostvars[name] = kept
     return result
 
@@ -444,25 +435,6 @@ class WorkerRun:
     rc: int | None
     error: str | None = None
     wall_s: float = 0.0
-
-
-def collect(hosts: dict[str, HostResult], event: dict[str, Any]) -> None:
-    """Record a task event's result under its host (the same reading as runner.run_playbook)."""
-    data = event.get("event_data") or {}
-    name = data.get("host")
-    kind = event.get("event")
-    if not name or kind not in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable"):
-        return
-    h = hosts.setdefault(name, HostResult(name))
-    task, action, res = data.get("task", ""), action_of(data), _clean(data.get("res") or {})
-    if kind == "runner_on_ok":
-        h.record(task, action, res)
-    elif kind == "runner_on_failed":
-        h.record(task, action, res)
-        h.status, h.message = "failed", f"{task}: {_message(res)}"
-    else:
-        h.record(task, action, {**res, "unreachable": True})
-        h.status, h.message = "unreachable", _message(res)
 
 
 def pack(

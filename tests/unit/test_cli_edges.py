@@ -160,7 +160,7 @@ def test_exit_reason_says_why_the_exit_is_not_0():
 def test_exit_reason_goes_to_stderr(capsys):
     report = json.loads(SAMPLE.read_text())
     code = options.exit_with_reason(report, "low")
-    assert code == exits.for_report(report, "low") and f"gpufleet: exit {code}:" in capsys.readouterr().err
+    assert code == exits.explain(report, "low")[0] and f"gpufleet: exit {code}:" in capsys.readouterr().err
 
 
 def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
@@ -322,7 +322,7 @@ def test_fixed_nothing_only_when_nothing_changed():
 def test_a_task_is_found_from_its_task_path():
     info = runner.task_info(NIC_READ)
     assert "NET-RING-001" in info.tags and "network_tuning_root == '/'" in info.when
-    assert runner.task_tags(None) == () and runner.task_tags("/no/such/file.yml:3") == ()
+    assert runner.task_info(None) == runner.TaskInfo() == runner.task_info("/no/such/file.yml:3")
 
 
 def test_task_tags_and_conditions_include_the_blocks_around_a_task(tmp_path):

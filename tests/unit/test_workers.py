@@ -11,7 +11,7 @@ import socket
 
 import pytest
 
-from gpufleet import paths, workers
+from gpufleet import paths, runner, workers
 from gpufleet.exits import UsageError
 
 
@@ -126,12 +126,14 @@ def _event(kind, host, res, action="gpufleet.tuning.audit"):
     return {"event": kind, "event_data": {"host": host, "task": "Audit", "resolved_action": action, "res": res}}
 
 
-def test_collect_reads_results_as_the_runner_does():
+def test_collect_reads_each_task_result_event():
+    """runner.collect: the one reading of runner_on_* events, a direct run's and a worker's stream."""
     hosts = {}
-    workers.collect(hosts, _event("runner_on_ok", "a", {"findings": [], "_ansible_no_log": False}))
-    workers.collect(hosts, _event("runner_on_unreachable", "b", {"msg": "ssh: connect to host b: No route"}))
-    workers.collect(hosts, _event("runner_on_failed", "c", {"msg": "boom\nmore"}))
-    workers.collect(hosts, {"event": "playbook_on_start", "event_data": {}})
+    runner.collect(hosts, _event("runner_on_ok", "a", {"findings": [], "_ansible_no_log": False}))
+    runner.collect(hosts, _event("runner_on_unreachable", "b", {"msg": "ssh: connect to host b: No route"}))
+    runner.collect(hosts, _event("runner_on_failed", "c", {"msg": "boom\nmore"}))
+    runner.collect(hosts, {"event": "playbook_on_start", "event_data": {}})
+    assert set(hosts) == {"a", "b", "c"}
     assert hosts["a"].status == "ok" and hosts["a"].actions["gpufleet.tuning.audit"] == {"findings": []}
     assert hosts["b"].status == "unreachable" and hosts["b"].actions["gpufleet.tuning.audit"]["unreachable"]
     assert hosts["c"].status == "failed" and hosts["c"].message == "Audit: boom"

@@ -191,7 +191,6 @@ def run_with_workers(
     import shlex
     from datetime import datetime, timezone
 
-    from ansible_collections.gpufleet.tuning.plugins.action.audit_report import POLICY_LAYERS
     from ansible_collections.gpufleet.tuning.plugins.plugin_utils import fleet
     from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
 
@@ -220,12 +219,8 @@ def run_with_workers(
         timeout_s=timeout_s,
     )
     print_workers(outcome.workers)
-    sites = {}
-    for name in host_names:
-        for layer in POLICY_LAYERS[:-1]:
-            value = plan.hostvars.get(name, {}).get(layer)
-            if isinstance(value, dict) and isinstance(value.get("site"), str) and value["site"]:
-                sites[name] = value["site"]
+    # a host without an audit result keeps its site: its inventory's policy layers, then --policy (the overrides)
+    sites = {name: fleet.host_site(plan.hostvars.get(name, {}), overrides) for name in host_names}
     interrupted = outcome.interrupted
     report = fleet.build_report(
         outcome.results,
