@@ -16,8 +16,7 @@ description:
     This strategy blocks on the worker processes' exit instead (C(multiprocessing.connection.wait) on their
     sentinels) and hands the task to the built-in code as soon as a fork is free.
   - With C(forks) smaller than the number of hosts and modules that take seconds, as a fleet audit is, this is a large
-    share of the controller's CPU (100 hosts answering after about 8 s, 25 forks; 165 ms per host with the built-in
-    strategy, 99 ms with this one; see C(bench/controller_cost.py)).
+    share of the controller's CPU (measured with C(bench/controller_cost.py); figures in C(docs/benchmarks.md)).
   - Select it in C(ansible.cfg) (C([defaults] strategy = gpufleet.tuning.linear)), with C(ANSIBLE_STRATEGY) or a
     play's C(strategy) keyword. C(gpufleet) (the CLI) runs its playbooks with it, also on execution nodes, unless
     C(ANSIBLE_STRATEGY) names another strategy.
@@ -25,7 +24,8 @@ description:
   - Before a play's first task it loads ansible-core's filter and test plugins and builds the Jinja lexer in the
     controller's main process, and every worker inherits them. Each worker is a fresh fork; without this, the first
     filter it templates (such as C(| default) in a task's arguments) makes it load all of them again and its first
-    template builds the lexer, about 12 ms of CPU per host and task (the audit, see C(bench/README.md)).
+    template builds the lexer, once per host and task (measured with C(bench/controller_cost.py --phases); figures
+    in C(docs/benchmarks.md)).
 author:
   - gpufleet contributors (@gpufleet)
 notes:
