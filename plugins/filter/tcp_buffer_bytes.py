@@ -10,14 +10,14 @@ name: tcp_buffer_bytes
 short_description: TCP buffer size for a host's long-haul links (factor x bandwidth-delay product, capped)
 version_added: "0.1.0"
 description:
-  - Takes a gpufleet policy (C(site), C(sites)) or a list of links (C(rtt_ms), C(bandwidth_gbps)) and returns
-    C(factor) times the largest bandwidth-delay product in bytes, at most C(cap) and at least C(floor); 0 when
-    there is no link.
+  - Takes a list of links (C(rtt_ms), C(bandwidth_gbps)) and returns C(factor) times the largest bandwidth-delay
+    product in bytes, at most C(cap) and at least C(floor); 0 when there is no link.
   - The same sizing rule NET-TCP-001 audits, so the role fixes exactly what the audit asks for.
 options:
   _input:
-    description: A policy dict or a list of links.
-    type: raw
+    description: The links, each with C(rtt_ms) and C(bandwidth_gbps).
+    type: list
+    elements: dict
     required: true
   factor:
     description: Multiple of the bandwidth-delay product.
@@ -34,9 +34,14 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Size buffers for the site's links
+- name: Resolve the host's links as the audit does
+  gpufleet.tuning.links_info:
+    policy: "{{ gpufleet_policy }}"
+  register: links
+
+- name: Size buffers for the links the network rules judge
   ansible.builtin.set_fact:
-    buffer: "{{ gpufleet_policy | gpufleet.tuning.tcp_buffer_bytes }}"
+    buffer: "{{ links.sized | gpufleet.tuning.tcp_buffer_bytes(4.0, 268435456) }}"
 """
 
 RETURN = r"""
@@ -51,13 +56,7 @@ from ansible.errors import AnsibleFilterError
 def _links(value):
     if isinstance(value, list):
         return value
-    if isinstance(value, dict):
-        site = value.get("site")
-        declared = ((value.get("sites") or {}).get(site) or {}).get("links") or {} if site else {}
-        return list(declared.values())
-    raise AnsibleFilterError(
-        "tcp_buffer_bytes: expected a policy dict or a list of links, got %s" % type(value).__name__
-    )
+    raise AnsibleFilterError("tcp_buffer_bytes: expected a list of links, got %s" % type(value).__name__)
 
 
 def tcp_buffer_bytes(value, factor=4.0, cap=268435456, floor=6291456):

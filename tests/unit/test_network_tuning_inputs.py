@@ -42,6 +42,14 @@ def test_links_classified_as_the_rules_judge_them():
         assert rules.network.check_tcp_buffers({"links": resolved, "network": {"tcp": tcp}}, policy)["status"] == status
 
 
+def test_tcp_buffer_bytes_takes_links_only():
+    """The policy-dict mode is gone: the role sizes from links_info's links (declared or measured), never from the
+    policy's declared links alone."""
+    with pytest.raises(AnsibleFilterError, match="expected a list of links, got dict"):
+        tcp_buffer_bytes(POLICY)
+    assert tcp_buffer_bytes([]) == 0
+
+
 def test_no_links_nothing_long():
     policy = validate({"site": "sg"})
     assert links.classify(policy, links.resolve(policy)) == ([], [], [])
