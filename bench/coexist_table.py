@@ -12,6 +12,7 @@ benchlib.coexist.readme_table, printed with the benchmarks' one table printer (b
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -20,11 +21,18 @@ from benchlib.coexist import readme_table
 
 
 def main(argv: list[str]) -> int:
-    if not argv:
-        sys.exit(__doc__)
-    for path in argv:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", nargs="+", help="results files of `bench/wan.py coexist` (bench/results/)")
+    args = parser.parse_args(argv)
+    for path in args.results:
+        try:
+            result = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            parser.error(f"{path}: not a readable results file of `bench/wan.py coexist` ({exc})")
+        if not isinstance(result, dict) or result.get("benchmark") != "wan-coexist":
+            parser.error(f"{path}: not a results file of `bench/wan.py coexist` (its benchmark is not wan-coexist)")
         print(f"### {path}\n")
-        print(readme_table(json.loads(Path(path).read_text())))
+        print(readme_table(result))
         print()
     return 0
 

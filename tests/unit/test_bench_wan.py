@@ -210,3 +210,18 @@ def test_coexist_table_prints_a_results_file():
     )
     assert out.stdout.startswith(f"### {path}\n\n`bench/wan.py coexist --cases")
     assert_well_formed(tables_in(out.stdout)[0])
+
+
+@pytest.mark.parametrize(
+    "arg, says",
+    [
+        ("no-such-results.json", "no-such-results.json: not a readable results file"),
+        ("bench/results/wan-2026-11-30.json", "its benchmark is not wan-coexist"),
+        ("--help", "usage: coexist_table.py"),
+    ],
+)
+def test_coexist_table_bad_input_is_a_usage_message(arg, says):
+    out = subprocess.run([sys.executable, "bench/coexist_table.py", arg], cwd=REPO, capture_output=True, text=True)
+    assert "Traceback" not in out.stderr, out.stderr
+    assert says in out.stdout + out.stderr
+    assert out.returncode == (0 if arg == "--help" else 2)
