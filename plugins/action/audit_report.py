@@ -42,8 +42,8 @@ def _registered(hostvars, name, var):
     """The host's registered audit result as the module returned it, or None.
 
     Read untemplated (``hostvars.raw_get``): a module's result holds data, not templates, and templating each
-    host's ~50 KB result through ``hostvars[name]`` cost ~14 ms of controller CPU per host (bench/audit_scale.py,
-    profiled), more than building the report."""
+    host's ~50 KB result through ``hostvars[name]`` cost more controller CPU than building the report (profiled
+    with bench/audit_scale.py; figures in docs/benchmarks.md)."""
     try:
         host = hostvars.raw_get(name) if hasattr(hostvars, "raw_get") else hostvars[name]
     except KeyError:
