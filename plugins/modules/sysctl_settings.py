@@ -116,14 +116,8 @@ kept:
   type: dict
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback, sysctl
-from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
-from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
-
-DEFAULT_HEADER = "Managed by gpufleet (gpufleet.tuning). Local changes will be overwritten."
 
 
 def main():
@@ -135,128 +129,16 @@ def main():
             root=dict(type="path", default="/"),
             at_least=dict(type="list", elements="str", default=[]),
             at_most=dict(type="list", elements="str", default=[]),
-            header=dict(type="str", default=DEFAULT_HEADER),
+            header=dict(type="str", default=sysctl.DEFAULT_HEADER),
             **rollback.ARGUMENT_SPEC,
         ),
         supports_check_mode=True,
     )
-    p = module.params
-    if not os.path.isdir(p["root"]):
-        module.fail_json(msg="root: not a directory: %s" % p["root"])
-    if not p["file"].endswith(".conf") or not p["file"].startswith("/"):
-        module.fail_json(msg="file: must be an absolute path ending in .conf, got %s" % p["file"])
-    settings = {}
-    for key, value in (p["settings"] or {}).items():
-        why = sysctl.key_error(key)
-        if why:
-            module.fail_json(msg="settings: %r is %s" % (key, why))
-        if value is None or isinstance(value, dict) or "\n" in str(value):
-            module.fail_json(msg="settings.%s: value must be a number, a string or a list, got %r" % (key, value))
-        settings[key] = sysctl.normalize(value)
-    for option in ("at_least", "at_most"):
-        unknown = sorted(set(p[option]) - set(settings))
-        if unknown:
-            module.fail_json(msg="%s: %s not in settings (keys: %s)"
-                                 % (option, ", ".join(unknown), ", ".join(sorted(settings))))
-    both = sorted(set(p["at_least"]) & set(p["at_most"]))
-    if both:
-        module.fail_json(msg="at_least and at_most: %s is in both (a key is a minimum or a maximum)" % ", ".join(both))
-
-    fs = HostFS(p["root"])
-    kept = {}
-    for option, keep in (("at_least", sysctl.at_least), ("at_most", sysctl.at_most)):
-        for key in p[option]:
-            running, _reason = sysctl.read_runtime(fs, key)
-            value = keep(settings[key], running)
-            if value != settings[key]:
-                kept[key] = {"wanted": settings[key], "running": running, "kept": value}
-                settings[key] = value
-    own = p["file"]
-    text = sysctl.render_file(settings, p["header"])
-    current_text = fs.read(own)
-    file_changed = current_text != text
-
-    report = sysctl.who_sets(fs, list(settings), own)
-    others = dict((k, v["set_by"]) for k, v in report.items() if v["set_by"])
-    overridden = {}
-    for key, info in report.items():
-        if info["boot_winner"] and info["boot_winner"] != own and info["boot_value"] != settings[key]:
-            # gpufleet's file will be written; does a file applied after it set the key differently?
-            if (
-                sorted([os.path.basename(own), os.path.basename(info["boot_winner"])])[-1] != os.path.basename(own)
-                or info["boot_winner"] == sysctl.SYSCTL_CONF
-            ):
-                overridden[key] = {"by": info["boot_winner"], "value": info["boot_value"]}
-    tuned = sysctl.tuned_profile(fs)
-    if tuned is not None:
-        tuned = {
-            "profile": tuned["profile"],
-            "conflicts": dict((k, v) for k, v in tuned["sysctl"].items() if k in settings and v != settings[k]),
-        }
-    for key, info in sorted(overridden.items()):
-        module.warn("%s: %s sets %s after gpufleet's %s, so it wins at boot" % (key, info["by"], info["value"], own))
-    if tuned and tuned["conflicts"]:
-        module.warn(
-            "TuneD profile %s also sets %s: it re-applies its values when it starts; put gpufleet's values in "
-            "a TuneD profile or stop TuneD" % (tuned["profile"], ", ".join(sorted(tuned["conflicts"])))
-        )
-
+    job = sysctl.SysctlSettings(module, sysctl.validate(module))
+    job.plan()
     rollback.check_params(module)
-    if file_changed:
-        rollback.record_for(module, [{"kind": "file", "path": fs.path(own), "content": current_text}])
-    runtime, not_settable = {}, {}
-    for key in sorted(settings):
-        before, reason = sysctl.read_runtime(fs, key)
-        entry = {"before": before, "after": settings[key] if reason is None else before, "changed": False}
-        if reason is not None:
-            not_settable[key] = reason + ": must be set on the host"
-        elif p["apply"] and before != settings[key]:
-            # Known before any write, so that check mode predicts what the real run can set.
-            blocked = sysctl.settable(fs, key)
-            if blocked is not None:
-                not_settable[key] = blocked
-                entry["after"] = before
-                runtime[key] = entry
-                continue
-            entry["changed"] = True
-            if not module.check_mode:
-                rollback.record_for(module, [{"kind": "sysctl", "key": key, "value": before, "root": p["root"]}])
-                failure = sysctl.write_runtime(fs, key, settings[key])
-                if failure is not None:
-                    not_settable[key] = failure
-                    entry.update(after=before, changed=False)
-                else:
-                    now, _error = sysctl.read_runtime(fs, key)
-                    entry["after"] = now
-        runtime[key] = entry
-
-    if file_changed and not module.check_mode:
-        try:
-            write_atomic(fs.path(own), text)
-        except (IOError, OSError) as exc:
-            module.fail_json(msg="file: cannot write %s: %s" % (own, exc))
-
-    changed = file_changed or any(v["changed"] for v in runtime.values())
-    diff = [{"before_header": own, "after_header": own, "before": current_text or "", "after": text}]
-    diff.append(
-        {
-            "before_header": "runtime",
-            "after_header": "runtime",
-            "before": "".join("%s = %s\n" % (k, v["before"]) for k, v in sorted(runtime.items()) if v["changed"]),
-            "after": "".join("%s = %s\n" % (k, settings[k]) for k, v in sorted(runtime.items()) if v["changed"]),
-        }
-    )
-    module.exit_json(
-        changed=changed,
-        file={"path": own, "changed": file_changed},
-        runtime=runtime,
-        not_settable=not_settable,
-        others=others,
-        overridden=overridden,
-        tuned=tuned,
-        kept=kept,
-        diff=diff,
-    )
+    job.apply()
+    module.exit_json(**job.result())
 
 
 if __name__ == "__main__":

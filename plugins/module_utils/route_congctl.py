@@ -1,0 +1,203 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""The route_congctl module's work: validate, plan (every prefix's route read first, nothing changed unless all of
+them could be read), apply (outside check mode, each prior route recorded for rollback first) and diff.
+
+The kernel forgets routes at reboot: a systemd unit replays the ``ip route replace`` commands once the network is up.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ipaddress
+import json
+import os
+import re
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils import links, rollback
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
+
+UNIT_NAME = "gpufleet-route-congctl.service"
+_CC = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
+
+
+def replace_argv(prefix, route, congestion_control):
+    """`ip route replace` arguments keeping the route's path (gateway, device, protocol, metric, source, metrics)."""
+    return links.route_argv("replace", prefix, route, congestion_control)
+
+
+def unit_text(ip_bin, argvs):
+    lines = [
+        "# Managed by gpufleet (gpufleet.tuning.route_congctl). Local changes will be overwritten.",
+        "# Per-route congestion control to the long-haul peers (ip-route(8) congctl); the kernel forgets routes at",
+        "# reboot, so this replays them once the network is up.",
+        "[Unit]",
+        "Description=gpufleet: per-route TCP congestion control to long-haul peers",
+        "Wants=network-online.target",
+        "After=network-online.target",
+        "",
+        "[Service]",
+        "Type=oneshot",
+        "RemainAfterExit=yes",
+    ]
+    lines += ["ExecStart=%s %s" % (ip_bin, " ".join(argv)) for argv in argvs]
+    lines += ["", "[Install]", "WantedBy=multi-user.target"]
+    return "\n".join(lines) + "\n"
+
+
+def validate(module):
+    """The prefixes as networks; fails naming the field when one is not a network or the algorithm is unknown."""
+    p = module.params
+    cc = p["congestion_control"]
+    if not _CC.match(cc):
+        module.fail_json(msg="congestion_control: %r is not a congestion control name (e.g. bbr, cubic)" % cc)
+    networks = []
+    for i, prefix in enumerate(p["prefixes"]):
+        try:
+            networks.append(ipaddress.ip_network(prefix))
+        except ValueError as exc:
+            module.fail_json(
+                msg="prefixes[%d]: %r is not a CIDR network such as 198.51.100.0/24 or 2001:db8::/32 "
+                "(%s)" % (i, prefix, exc)
+            )
+    if not networks:
+        module.fail_json(msg="prefixes: give at least one network")
+    try:
+        with open(p["available_path"]) as f:
+            available = f.read().split()
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="available_path: cannot read %s: %s" % (p["available_path"], exc))
+    if cc not in available:
+        module.fail_json(
+            msg="congestion_control: %s is not available in this kernel (available: %s; load tcp_%s)"
+            % (cc, ", ".join(available), cc)
+        )
+    return networks
+
+
+class RouteCongctl:
+    """plan() reads every route, apply() replaces them and writes the unit (never in check mode), diff() and
+    result() report."""
+
+    def __init__(self, module, networks, ip_bin):
+        self.module = module
+        self.networks = networks
+        self.ip_bin = ip_bin
+        self.cc = module.params["congestion_control"]
+        self.routes, self.argvs, self.unrouted, self.records = [], [], [], []
+        self.unit = {"path": None, "changed": False}
+        self.unit_old = self.unit_new = None
+
+    def _ip_json(self, argv):
+        rc, out, err = self.module.run_command([self.ip_bin, "-j"] + argv, environ_update={"LC_ALL": "C"})
+        if rc != 0:
+            return None, (err or out).strip()
+        try:
+            return json.loads(out or "[]"), None
+        except ValueError as exc:
+            return None, "unreadable output of ip -j %s: %s" % (" ".join(argv), exc)
+
+    def plan(self):
+        # Plan every prefix first: nothing changes unless every route could be read.
+        for net in self.networks:
+            self._plan_route(net)
+        for item in self.unrouted:
+            self.module.warn(
+                "prefixes: %s has no route on this host (%s): left alone" % (item["prefix"], item["error"])
+            )
+        if self.module.params["persist"]:
+            path = os.path.join(self.module.params["unit_dir"], UNIT_NAME)
+            self.unit_new = unit_text(self.ip_bin, self.argvs)
+            try:
+                with open(path) as f:
+                    self.unit_old = f.read()
+            except (IOError, OSError):
+                self.unit_old = None
+            self.unit = {"path": path, "changed": self.unit_old != self.unit_new}
+
+    def _plan_route(self, net):
+        prefix = str(net)
+        family = "-6" if net.version == 6 else "-4"
+        exact, err = self._ip_json([family, "route", "show", "exact", prefix])
+        if exact is None:
+            self.module.fail_json(msg="prefixes: cannot read the route to %s: %s" % (prefix, err))
+        if exact:
+            route = exact[0]
+        else:
+            got, err = self._ip_json([family, "route", "get", str(net.network_address)])
+            if not got:
+                self.unrouted.append({"prefix": prefix, "error": err})
+                return
+            route = dict(got[0])
+            route.pop("prefsrc", None)  # the source the kernel picks; keep it unpinned
+        before = links.route_congctl_of(route)
+        argv = replace_argv(prefix, route, self.cc)
+        self.argvs.append(argv)
+        self.routes.append(
+            {
+                "prefix": prefix,
+                "before": before,
+                "after": self.cc,
+                "command": " ".join([self.ip_bin] + argv),
+                "own_route": bool(exact),
+                "change": before != self.cc or not exact,
+            }
+        )
+        # For rollback: the route as it was (re-created as is), or its absence and what this run creates for it
+        # (deleted again).
+        self.records.append(
+            {
+                "kind": "route",
+                "family": "inet6" if net.version == 6 else "inet",
+                "prefix": prefix,
+                "route": exact[0] if exact else None,
+                "created": None if exact else route,
+            }
+        )
+
+    def commands(self):
+        return [r["command"] for r in self.routes if r["change"]]
+
+    def apply(self):
+        if self.module.check_mode:
+            return
+        rollback.record_for(self.module, [rec for rec, r in zip(self.records, self.routes) if r["change"]])
+        for entry, argv in zip(self.routes, self.argvs):
+            if entry["change"]:
+                rc, out, err = self.module.run_command([self.ip_bin] + argv)
+                if rc != 0:
+                    self.module.fail_json(
+                        msg="prefixes: %s failed: %s" % (entry["command"], (err or out).strip()),
+                        routes=self.routes,
+                        commands=self.commands(),
+                    )
+        if self.unit["changed"]:
+            rollback.record_for(self.module, [{"kind": "file", "path": self.unit["path"], "content": self.unit_old}])
+            write_atomic(self.unit["path"], self.unit_new)
+
+    def diff(self):
+        changes = [r for r in self.routes if r["change"]]
+        diff = [
+            {
+                "before": "".join("%s congctl %s\n" % (r["prefix"], r["before"]) for r in changes),
+                "after": "".join("%s congctl %s\n" % (r["prefix"], r["after"]) for r in changes),
+            }
+        ]
+        if self.unit["path"]:
+            path = self.unit["path"]
+            before = self.unit_old or ""
+            diff.append({"before_header": path, "after_header": path, "before": before, "after": self.unit_new})
+        return diff
+
+    def result(self):
+        commands = self.commands()
+        return dict(
+            changed=bool(commands) or self.unit["changed"],
+            routes=self.routes,
+            commands=commands,
+            unit=self.unit,
+            unrouted=self.unrouted,
+            diff=self.diff(),
+        )
