@@ -21,7 +21,13 @@ __metaclass__ = type
 import fnmatch
 import ipaddress
 import json
+import os
 import re
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils import ifname, nic, rollback
+from ansible_collections.gpufleet.tuning.plugins.module_utils.ethtool import Ethtool
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
+from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 # ethtool -K short names and the feature names `ethtool -k` prints.
 FEATURE_ALIASES = {
@@ -688,3 +694,364 @@ def plan_all_steps(name, after):
             )
         )
     return steps
+
+
+# The nic_settings module's work: validate, plan (read the NIC, refuse an uplink, nothing changed), apply (outside
+# check mode, prior values recorded for rollback first) and diff.
+
+COALESCE_TYPES = {"adaptive_rx": bool, "adaptive_tx": bool, "rx_usecs": int, "tx_usecs": int}
+
+
+def validate(module):
+    p = module.params
+    why = ifname.interface_name_error(p["name"])
+    if why:
+        module.fail_json(msg="name: invalid interface name %r: %s; %s" % (p["name"], why, ifname.IFNAME_RULE))
+    if p["mtu"] is not None and not 68 <= p["mtu"] <= 65535:
+        module.fail_json(msg="mtu: %d is outside 68-65535" % p["mtu"])
+    for field, keys in (("rings", ("rx", "tx")), ("channels", CHANNEL_KEYS)):
+        for key, value in (p[field] or {}).items():
+            if key not in keys:
+                module.fail_json(msg="%s.%s: unknown key (allowed: %s)" % (field, key, ", ".join(keys)))
+            if value != "max" and (isinstance(value, bool) or not str(value).isdigit() or int(value) < 1):
+                module.fail_json(msg="%s.%s: must be a positive number or 'max', got %r" % (field, key, value))
+    for key, value in (p["coalescing"] or {}).items():
+        if key not in COALESCE_TYPES:
+            module.fail_json(msg="coalescing.%s: unknown key (allowed: %s)" % (key, ", ".join(sorted(COALESCE_TYPES))))
+        kind = COALESCE_TYPES[key]
+        if (
+            kind is bool
+            and not isinstance(value, bool)
+            or kind is int
+            and (isinstance(value, bool) or not isinstance(value, int) or value < 0)
+        ):
+            module.fail_json(
+                msg="coalescing.%s: must be %s, got %r"
+                % (key, "true/false" if kind is bool else "a number >= 0", value)
+            )
+    for key, value in (p["offloads"] or {}).items():
+        if not isinstance(value, bool):
+            module.fail_json(msg="offloads.%s: must be true or false, got %r" % (key, value))
+        if not key.replace("-", "").isalnum():
+            module.fail_json(msg="offloads: %r is not a feature name" % key)
+
+
+def persist_method(module, name, requested):
+    if requested != "auto":
+        return requested
+    nmcli = module.get_bin_path("nmcli")
+    if nmcli and os.path.isdir("/run/NetworkManager"):
+        rc, out, _err = module.run_command([nmcli, "-g", "GENERAL.STATE", "device", "show", name])
+        if rc == 0 and "unmanaged" not in out:
+            return "networkmanager"
+    if os.path.isdir("/run/systemd/system") and os.path.isdir("/run/udev"):
+        return "link"
+    return "udev"
+
+
+def read_uplink(module, fs, name, run, ip_bin):
+    """uplink_status for ``name``, plus why it could not be told (or None)."""
+    default_devs = parse_proc_route(fs.read("/proc/net/route"))
+    default_devs |= parse_proc_ipv6_route(fs.read("/proc/net/ipv6_route"))
+    addresses, unknown = parse_if_inet6(fs.read("/proc/net/if_inet6")), None
+    if ip_bin:
+        # /proc/net/route shows the main table only; ip also lists policy-routing tables.
+        for family in ("-4", "-6"):
+            rc, out, _err = run([ip_bin, "-j", family, "route", "show", "table", "all"])
+            if rc == 0:
+                default_devs |= parse_ip_route_json(out)
+        rc, out, _err = run([ip_bin, "-j", "addr", "show"])
+        if rc == 0:
+            for dev, addrs in parse_ip_addr_json(out).items():
+                addresses.setdefault(dev, set()).update(addrs)
+    connection = os.environ.get("SSH_CONNECTION") or ancestor_ssh_connection(fs, os.getpid())
+    local = ssh_local_address({"SSH_CONNECTION": connection or ""})
+    if local and ":" not in local and not ip_bin:
+        unknown = "the NIC's IPv4 addresses cannot be read without ip (iproute2)"
+    status = uplink_status(name, uppers(fs, name), default_devs, addresses, local)
+    if unknown and not status["connection"]:
+        status["connection"] = None
+    return status, local, unknown
+
+
+def uplink_refusal(name, status, local, unknown):
+    where = "%s (stacked on %s)" % (status["via"], name) if status["via"] else name
+    reasons = []
+    if status["default_route"]:
+        reasons.append("%s carries a default route" % where)
+    if status["connection"]:
+        reasons.append("%s has the address of this connection (%s, from SSH_CONNECTION)" % (where, local))
+    elif status["connection"] is None:
+        reasons.append("it cannot be told whether %s carries this connection (%s): %s" % (name, local, unknown))
+    return (
+        "allow_uplink: %s is an uplink - %s; changing it can cut the host off, so nothing was changed. "
+        "Set allow_uplink: true (the network_tuning role does so for NICs named in the policy's "
+        "network.interfaces) to change it anyway." % (name, "; ".join(reasons))
+    )
+
+
+def link_file_plan(module, fs, name, current, settable, run, ethtool_bin):
+    """(path, text, extra results, warnings) for the systemd .link file, and the legacy file to remove."""
+    p = module.params
+    warnings = []
+    permanent = "unknown"
+    perm_note = None
+    if ethtool_bin:
+        rc, out, err = run([ethtool_bin, "-P", name])
+        if rc == 0:
+            permanent = parse_permanent_address(out)
+            if permanent is None:
+                perm_note = "ethtool -P reports no permanent MAC address for %s" % name
+        else:
+            perm_note = "ethtool -P %s failed: %s" % (name, (err or out or "rc %d" % rc).strip())
+    else:
+        perm_note = "ethtool not found: the permanent MAC address of %s is not known" % name
+    facts = link_facts(fs, name, current.get("driver"), current.get("bus_info"), permanent)
+    match_facts = {"name": name, "driver": current.get("driver"), "permanent_mac": None}
+    match_facts["permanent_mac_note"] = perm_note
+    if permanent not in (None, "unknown"):
+        udevadm = module.get_bin_path("udevadm")
+        version = None
+        if udevadm:
+            rc, out, _err = run([udevadm, "--version"])
+            version = parse_systemd_version(out) if rc == 0 else None
+        if version is not None and version < PERMANENT_MAC_SYSTEMD:
+            match_facts["permanent_mac_note"] = "systemd %d predates PermanentMACAddress= (v%d)" % (
+                version,
+                PERMANENT_MAC_SYSTEMD,
+            )
+        else:
+            match_facts["permanent_mac"] = permanent
+    match_lines, how, note = link_match_lines(match_facts)
+    if how == "OriginalName":
+        note = "%s; matched on OriginalName= + Driver= instead of PermanentMACAddress=" % note
+        warnings.append("%s.link: %s" % (name, note))
+        if (fs.read("/sys/class/net/%s/name_assign_type" % name) or "").strip() == "4":
+            warnings.append(
+                "%s was renamed after the kernel named it: OriginalName=%s may not match it at boot" % (name, name)
+            )
+    if not current.get("driver"):
+        warnings.append("%s.link: the driver of %s is not known: the file matches without Driver=" % (name, name))
+    ours = link_file_name(name)
+    dirs = [p["link_dir"]] + [d for d in p["link_search_dirs"] if d.rstrip("/") != p["link_dir"].rstrip("/")]
+    near = link_neighbours(fs, dirs, ours, facts)
+    if near["shadowed_by"]:
+        warnings.append(
+            "%s sorts before %s and matches %s: systemd applies only the first matching .link file "
+            "(systemd.link(5)), so ours changes nothing at boot; put the settings in that file (or the tool that "
+            "writes it, e.g. netplan) instead" % (near["shadowed_by"], ours, name)
+        )
+    for path, why in near["maybe"]:
+        warnings.append(
+            "%s sorts before %s and may match %s (%s): if it does, ours changes nothing at boot"
+            % (path, ours, name, "; ".join(why))
+        )
+    for path, why in near["replaces_maybe"]:
+        warnings.append(
+            "%s may match %s (%s); its [Link] settings are not carried over into %s"
+            % (path, name, "; ".join(why), ours)
+        )
+    inherited_from = near["replaces"][0] if near["replaces"] else None
+    inherited = near["replaces"][1] if near["replaces"] else None
+    text = link_file(
+        name, match_lines, settable, inherited, inherited_from, note, near["replaces_dropins"]
+    )
+    extra = {"match": how, "replaces": inherited_from, "shadowed_by": near["shadowed_by"]}
+    legacy = os.path.join(p["link_dir"], LEGACY_LINK_PREFIX + "%s.link" % name)
+    old_legacy = fs.read(legacy)
+    if old_legacy is None or not old_legacy.startswith(MANAGED_HEADER):
+        legacy = None
+    return os.path.join(p["link_dir"], ours), text, extra, warnings, legacy
+
+
+def persist_plan(module, fs, name, current, settable, run, ethtool_bin, ip_bin):
+    """What persistence would write: {"method", "path", "text", "old", "changed", "remove", ...}, warnings."""
+    p = module.params
+    plan = {
+        "method": "none",
+        "path": None,
+        "text": None,
+        "old": None,
+        "changed": False,
+        "remove": None,
+        "match": None,
+        "replaces": None,
+        "shadowed_by": None,
+    }
+    warnings = []
+    if not (p["persist"] and settable and p["persist_method"] != "none"):
+        return plan, warnings
+    method = persist_method(module, name, p["persist_method"])
+    plan["method"] = method
+    if method == "link":
+        path, text, extra, warnings, legacy = link_file_plan(module, fs, name, current, settable, run, ethtool_bin)
+        plan.update(extra)
+        plan["remove"] = legacy
+    elif method == "udev":
+        path = os.path.join(p["udev_dir"], "60-gpufleet-%s.rules" % name)
+        text = udev_rule(name, settable, ethtool_bin or "/usr/sbin/ethtool", ip_bin or "/usr/sbin/ip")
+    else:
+        path, text = None, None
+        warnings.append(
+            "NetworkManager manages %s: set the values in its connection profile "
+            "(nmcli connection modify <profile> 802-3-ethernet.mtu ... ethtool.ring-rx ...)" % name
+        )
+    plan["path"], plan["text"] = path, text
+    if path:
+        plan["old"] = fs.read(path)
+        plan["changed"] = plan["old"] != text
+    plan["changed"] = plan["changed"] or bool(plan["remove"])
+    return plan, warnings
+
+
+def remove_legacy(path):
+    """Remove our own .link file of older releases (60-gpufleet-<name>.link: MACAddress= on the current MAC, which
+    bond members share, plus Name=). Removing a file is atomic; the content is recorded for rollback first."""
+    os.unlink(path)
+
+
+class NicChange:
+    """plan() reads the NIC and decides, apply() runs the commands and writes the boot-time file (never in check
+    mode), diff() and result() report."""
+
+    def __init__(self, module):
+        self.module = module
+        p = module.params
+        self.name = p["name"]
+        self.fs = HostFS("/")
+        self.ethtool_bin = p["ethtool_path"] or module.get_bin_path("ethtool")
+        self.ip_bin = module.get_bin_path("ip")
+        self.current = self.uplink = None
+        self.before, self.after, self.steps, self.unsupported = {}, {}, [], {}
+        self.persist, self.commands, self.removed_old = None, [], None
+
+    def run(self, argv):
+        return self.module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"})
+
+    def settable(self):
+        return dict((k, v) for k, v in self.after.items() if k not in self.unsupported)
+
+    def _binary(self, tool):
+        return self.ethtool_bin if tool == "ethtool" else self.ip_bin
+
+    def _plan_persist(self):
+        self.persist, warnings = persist_plan(
+            self.module, self.fs, self.name, self.current, self.settable(), self.run, self.ethtool_bin, self.ip_bin
+        )
+        self.removed_old = self.fs.read(self.persist["remove"]) if self.persist["remove"] else None
+        return warnings
+
+    def plan(self):
+        module, p, name = self.module, self.module.params, self.name
+        runner = Ethtool(self.run, self.ethtool_bin) if self.ethtool_bin else None
+        self.current = nic.read_nic(self.fs, name, runner, None if self.ethtool_bin else "ethtool not found in PATH")
+        if not self.current.get("present"):
+            module.fail_json(msg="name: no such interface: %s" % name)
+        self.uplink, local, unknown = read_uplink(module, self.fs, name, self.run, self.ip_bin)
+        want = dict((field, p[field]) for field in ("mtu", "offloads", "rings", "coalescing", "channels"))
+        try:
+            self.before, self.after, self.steps, self.unsupported = plan(self.current, want)
+        except NicSettingsError as exc:
+            module.fail_json(msg=str(exc), uplink=self.uplink)
+        if self.unsupported and p["strict"]:
+            module.fail_json(
+                msg="strict: %s does not support %s"
+                % (name, ", ".join("%s (%s)" % kv for kv in sorted(self.unsupported.items()))),
+                uplink=self.uplink,
+            )
+        for field, _argv, tool in self.steps:
+            if tool == "ethtool" and not self.ethtool_bin:
+                module.fail_json(msg="ethtool_path: ethtool is needed to change %s but was not found" % field)
+            if tool == "ip" and not self.ip_bin:
+                module.fail_json(msg="ip (iproute2) is needed to change the MTU but was not found")
+        warnings = self._plan_persist()
+        self.commands = [" ".join([self._binary(tool)] + argv) for _f, argv, tool in self.steps]
+        is_uplink = self.uplink["default_route"] or self.uplink["connection"] is not False
+        if is_uplink and not p["allow_uplink"] and (self.steps or self.persist["changed"]):
+            module.fail_json(
+                msg=uplink_refusal(name, self.uplink, local, unknown),
+                uplink=self.uplink,
+                before=self.before,
+                after=self.after,
+                commands=[],
+                would_run=self.commands,
+                link_shadowed_by=self.persist["shadowed_by"],
+            )
+        for warning in warnings:
+            module.warn(warning)
+
+    def apply(self):
+        module = self.module
+        if module.check_mode:
+            return
+        steps = self.steps
+        records = [{"kind": "nic", "name": self.name, "field": f, "value": self.before.get(f)} for f, _a, _t in steps]
+        rollback.record_for(module, records)
+        for i, (field, argv, tool) in enumerate(steps):
+            full = [self._binary(tool)] + argv
+            rc, out, err = self.run(full)
+            if rc != 0:
+                reason = (err or out or "rc %d" % rc).strip().splitlines()[-1]
+                if "not supported" in reason.lower() and not module.params["strict"]:
+                    self.unsupported[field] = reason
+                    self.after[field] = self.before.get(field)
+                    continue
+                module.fail_json(
+                    msg="%s: %s failed: %s" % (field, " ".join(full), reason),
+                    commands=self.commands[: i + 1],
+                    uplink=self.uplink,
+                )
+        if any(field in self.unsupported for field, _a, _t in steps):
+            # A setting the driver refused at run time is not persisted either.
+            self._plan_persist()
+        persist = self.persist
+        if persist["path"] and persist["old"] != persist["text"]:
+            rollback.record_for(module, [{"kind": "file", "path": persist["path"], "content": persist["old"]}])
+            write_atomic(persist["path"], persist["text"])
+        if persist["remove"]:
+            rollback.record_for(module, [{"kind": "file", "path": persist["remove"], "content": self.removed_old}])
+            remove_legacy(persist["remove"])
+
+    def diff(self):
+        fields = [s[0] for s in self.steps]
+        diff = {
+            "before": "".join("%s: %s\n" % kv for kv in sorted(self.before.items()) if kv[0] in fields),
+            "after": "".join("%s: %s\n" % kv for kv in sorted(self.after.items()) if kv[0] in fields),
+        }
+        persist, files = self.persist, []
+        if persist["path"] and persist["old"] != persist["text"]:
+            path, before = persist["path"], persist["old"] or ""
+            files.append({"before_header": path, "after_header": path, "before": before, "after": persist["text"]})
+        if persist["remove"]:
+            removed = persist["remove"]
+            files.append(
+                {
+                    "before_header": removed,
+                    "after_header": "%s (removed)" % removed,
+                    "before": self.removed_old or "",
+                    "after": "",
+                }
+            )
+        return [diff] + files if files else diff
+
+    def result(self):
+        steps, persist = self.steps, self.persist
+        changed = bool(steps) and not all(field in self.unsupported for field, _a, _t in steps)
+        return dict(
+            changed=changed or persist["changed"],
+            before=self.before,
+            after=self.after,
+            commands=self.commands,
+            unsupported=self.unsupported,
+            persisted={
+                "method": persist["method"],
+                "path": persist["path"],
+                "changed": persist["changed"],
+                "match": persist["match"],
+                "replaces": persist["replaces"],
+                "removed": [persist["remove"]] if persist["remove"] else [],
+            },
+            uplink=self.uplink,
+            link_shadowed_by=persist["shadowed_by"],
+            diff=self.diff(),
+        )

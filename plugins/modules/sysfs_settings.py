@@ -64,25 +64,8 @@ unmatched:
   type: list
 """
 
-import errno
-import json
-import os
-import re
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback
-from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
-from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
-
-_PATTERN = re.compile(r"^/sys/[A-Za-z0-9_*.:/-]+$")
-_BRACKET = re.compile(r"\[([^\]]+)\]")
-
-
-def current_value(text):
-    if text is None:
-        return None
-    m = _BRACKET.search(text)
-    return m.group(1) if m else text.strip()
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback, sysfs_settings
 
 
 def main():
@@ -95,62 +78,12 @@ def main():
         ),
         supports_check_mode=True,
     )
-    p = module.params
-    if not os.path.isdir(p["root"]):
-        module.fail_json(msg="root: not a directory: %s" % p["root"])
-    settings = {}
-    for pattern, value in (p["settings"] or {}).items():
-        if not _PATTERN.match(pattern) or ".." in pattern:
-            module.fail_json(
-                msg="settings: %r is not a sysfs path pattern (absolute, under /sys, letters, digits, "
-                "'_-.:/*' only)" % pattern
-            )
-        if value is None or isinstance(value, (dict, list)) or not re.match(r"^[A-Za-z0-9_.-]+$", str(value)):
-            module.fail_json(msg="settings.%s: value must be a single word, got %r" % (pattern, value))
-        settings[pattern] = str(value)
-
+    settings = sysfs_settings.validate(module)
     rollback.check_params(module)
-    fs = HostFS(p["root"])
-    files, not_settable, unmatched = {}, {}, []
-    for pattern, value in sorted(settings.items()):
-        paths = fs.glob(pattern)
-        if not paths:
-            unmatched.append(pattern)
-            continue
-        for path in paths:
-            before = current_value(fs.read(path))
-            entry = {"before": before, "after": value, "changed": before != value}
-            if entry["changed"] and not module.check_mode:
-                rollback.record_for(module, [{"kind": "sysfs", "path": fs.path(path), "value": before}])
-                try:
-                    with open(fs.path(path), "w") as f:
-                        f.write(value + "\n")
-                except (IOError, OSError) as exc:
-                    reason = os.strerror(exc.errno) if exc.errno else str(exc)
-                    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-                        reason += ": /sys is read-only here (container); set it on the host"
-                    not_settable[path] = reason
-                    entry.update(after=before, changed=False)
-            files[path] = entry
-
-    config_changed = False
-    if p["config_file"]:
-        text = json.dumps({"settings": settings}, indent=2, sort_keys=True) + "\n"
-        config_changed = fs.read(p["config_file"]) != text
-        if config_changed and not module.check_mode:
-            rollback.record_for(module, [{"kind": "file", "path": fs.path(p["config_file"]),
-                                          "content": fs.read(p["config_file"])}])
-            try:
-                write_atomic(fs.path(p["config_file"]), text)
-            except (IOError, OSError) as exc:
-                module.fail_json(msg="config_file: cannot write %s: %s" % (p["config_file"], exc))
-
-    changed = config_changed or any(e["changed"] for e in files.values())
-    diff = {
-        "before": "".join("%s: %s\n" % (k, v["before"]) for k, v in sorted(files.items()) if v["changed"]),
-        "after": "".join("%s: %s\n" % (k, v["after"]) for k, v in sorted(files.items()) if v["changed"]),
-    }
-    module.exit_json(changed=changed, files=files, not_settable=not_settable, unmatched=unmatched, diff=diff)
+    job = sysfs_settings.SysfsSettings(module, settings)
+    job.plan()
+    job.apply()
+    module.exit_json(**job.result())
 
 
 if __name__ == "__main__":
