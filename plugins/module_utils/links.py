@@ -50,7 +50,7 @@ def resolve(policy, measure=None):
 
 
 def classify(policy, resolved):
-    """(long, sized, prefixes) as the network rules judge a host's links (rules._links, rules._long_links).
+    """(long, sized, prefixes) as the network rules judge a host's links (rules.rtt_links, rules.long_haul_links).
 
     ``long``: links with rtt_ms >= network.long_link_rtt_ms (NET-TCP-002..004), each with the ``prefixes`` the
     policy declares for that peer (sites.SITE.links.PEER.prefixes); ``sized``: links with a bandwidth (NET-TCP-001);

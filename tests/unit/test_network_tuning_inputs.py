@@ -31,7 +31,9 @@ def test_links_classified_as_the_rules_judge_them():
     resolved = links.resolve(policy)
     long_links, sized, prefixes = links.classify(policy, resolved)
     facts = {"links": resolved}
-    assert [p["site"] for p in long_links] == [p["site"] for p in rules._long_links(facts, policy)] == ["fra", "iad"]
+    assert (
+        [p["site"] for p in long_links] == [p["site"] for p in rules.long_haul_links(facts, policy)] == ["fra", "iad"]
+    )
     assert [p["site"] for p in sized] == ["fra", "hk", "iad"]
     assert prefixes == ["198.51.100.0/24", "2001:db8:100::/48"]  # hk's link is short: its prefix stays default
     # The size the role writes is the size NET-TCP-001 asks for: the largest bandwidth-delay product of every link

@@ -20,6 +20,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import AREAS, SEVERITIES
+from ansible_collections.gpufleet.tuning.plugins.module_utils.summary import count_findings
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import (
     balance,
     cpu,
@@ -32,10 +33,10 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import (
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (  # noqa: F401 (the package's API)
     STATUSES,
     Rule,
-    _links,
-    _long_links,
-    _severity_rank,
+    long_haul_links,
     result,
+    rtt_links,
+    severity_rank,
     skip,
 )
 
@@ -50,7 +51,7 @@ def catalog():
 def evaluate(facts, policy, rules=RULES):
     """Run every rule; each finding carries the rule's metadata. A rule that raises becomes status 'error'."""
     findings = []
-    min_rank = _severity_rank(policy.get("min_severity") or "info")
+    min_rank = severity_rank(policy.get("min_severity") or "info")
     overrides = policy.get("rules") or {}
     for rule in rules:
         conf = overrides.get(rule.id) or {}
@@ -58,7 +59,7 @@ def evaluate(facts, policy, rules=RULES):
         base = {"rule": rule.id, "area": rule.area, "title": rule.title, "fix": dict(rule.fix)}
         if conf.get("enabled") is False:
             res = skip("disabled by policy (rules.%s.enabled: false)" % rule.id)
-        elif _severity_rank(severity) > min_rank:
+        elif severity_rank(severity) > min_rank:
             res = skip("severity %s is below policy min_severity %s" % (severity, policy.get("min_severity")))
         else:
             try:
@@ -75,15 +76,6 @@ def evaluate(facts, policy, rules=RULES):
 
 
 def summarize(findings):
-    """Counts by status, and by severity and area for fail/warn findings."""
-    out = {
-        "by_status": dict((s, 0) for s in STATUSES),
-        "by_severity": dict((s, 0) for s in SEVERITIES),
-        "by_area": dict((a, 0) for a in AREAS),
-    }
-    for f in findings:
-        out["by_status"][f["status"]] = out["by_status"].get(f["status"], 0) + 1
-        if f["status"] in ("fail", "warn"):
-            out["by_severity"][f["severity"]] += 1
-            out["by_area"][f["area"]] += 1
-    return out
+    """Counts by status, and by severity and area for fail/warn findings (``summary.count_findings``, the count a
+    report's summary makes too)."""
+    return count_findings(findings, STATUSES, SEVERITIES, AREAS)

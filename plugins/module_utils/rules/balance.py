@@ -13,7 +13,7 @@ __metaclass__ = type
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
-from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import Rule, _swapping, result, skip
+from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import Rule, result, skip, swap_verdict
 
 NO_SAMPLE = "no probe sample: run gpufleet probe"
 
@@ -177,7 +177,7 @@ def check_swapping_under_gpu_jobs(facts, pol):
     probe, skipped = _sample(facts)
     if skipped:
         return skipped
-    swapping, observed = _swapping({"memory": probe.get("memory") or {}}, pol)
+    swapping, observed = swap_verdict({"memory": probe.get("memory") or {}}, pol)
     procs = _gpu_processes(probe)
     observed["gpu_processes"] = [p["pid"] for p in procs]
     expected = "no swapping (< %s pages/s, PSI some avg10 < %s) while GPU processes run" % (

@@ -61,22 +61,22 @@ def skip(message):
     return result("skip", message=message)
 
 
-def _gpus(facts):
+def readable_gpus(facts):
     gpu = facts.get("gpu") or {}
     if not (gpu.get("nvml") or {}).get("available"):
         return None
     return [g for g in gpu.get("gpus") or [] if not g.get("lost") and not g.get("error")]
 
 
-def _host(facts, *path):
-    return _get(facts, "host", *path)
+def host_fact(facts, *path):
+    return get_in(facts, "host", *path)
 
 
-def _net(facts, *path):
-    return _get(facts, "network", *path)
+def network_fact(facts, *path):
+    return get_in(facts, "network", *path)
 
 
-def _get(d, *path):
+def get_in(d, *path):
     for key in path:
         if not isinstance(d, dict):
             return None
@@ -84,11 +84,11 @@ def _get(d, *path):
     return d
 
 
-def _indexes(gpus):
+def gpu_indexes(gpus):
     return [g["index"] for g in gpus]
 
 
-def _swapping(host, pol):
+def swap_verdict(host, pol):
     """(swapping?, observed) from swap rates and memory pressure; swapping None when unknown."""
     mem = (host or {}).get("memory") or {}
     rin, rout = mem.get("swap_in_per_s"), mem.get("swap_out_per_s")
@@ -105,8 +105,8 @@ def _swapping(host, pol):
     return any(verdicts), observed
 
 
-def _physical_up_nics(facts, pol):
-    nics = _net(facts, "nics")
+def physical_up_nics(facts, pol):
+    nics = network_fact(facts, "nics")
     if nics is None:
         return None
     wanted = pol["network"]["interfaces"]
@@ -124,15 +124,15 @@ def _physical_up_nics(facts, pol):
     return out
 
 
-def _links(facts):
-    return [p for p in (_get(facts, "links", "peers") or []) if p.get("rtt_ms")]
+def rtt_links(facts):
+    return [p for p in (get_in(facts, "links", "peers") or []) if p.get("rtt_ms")]
 
 
-def _long_links(facts, pol):
-    return [p for p in _links(facts) if p["rtt_ms"] >= pol["network"]["long_link_rtt_ms"]]
+def long_haul_links(facts, pol):
+    return [p for p in rtt_links(facts) if p["rtt_ms"] >= pol["network"]["long_link_rtt_ms"]]
 
 
-def _version_tuple(text):
+def version_tuple(text):
     out = []
     for part in str(text).split("."):
         digits = "".join(ch for ch in part if ch.isdigit())
@@ -140,13 +140,13 @@ def _version_tuple(text):
     return tuple(out)
 
 
-def _severity_rank(sev):
+def severity_rank(sev):
     return SEVERITIES.index(sev) if sev in SEVERITIES else len(SEVERITIES)
 
 
-def _per_gpu(facts, predicate, describe, expected, ok_message, bad_message):
+def per_gpu_check(facts, predicate, describe, expected, ok_message, bad_message):
     """Fail with one item per GPU where predicate(gpu) is True; skip GPUs where it returns None."""
-    gpus = _gpus(facts)
+    gpus = readable_gpus(facts)
     if gpus is None:
         return skip("no NVIDIA GPUs could be read")
     known = [(g, predicate(g)) for g in gpus]
@@ -160,7 +160,7 @@ def _per_gpu(facts, predicate, describe, expected, ok_message, bad_message):
             "fail",
             observed,
             expected,
-            "GPU(s) %s: %s" % (_indexes(bad), bad_message),
+            "GPU(s) %s: %s" % (gpu_indexes(bad), bad_message),
             items=[dict(gpu=g["index"], **_as_dict(describe(g))) for g in bad],
         )
     return result("pass", observed, expected, ok_message)
@@ -170,7 +170,7 @@ def _as_dict(value):
     return value if isinstance(value, dict) else {"value": value}
 
 
-def _log_unreadable(log):
+def log_unreadable(log):
     """Why the kernel log could not be scanned, or None when it was."""
     if log is None:
         return "kernel log not gathered"
@@ -179,5 +179,5 @@ def _log_unreadable(log):
     return None
 
 
-def _driver(facts):
+def driver_facts(facts):
     return (facts.get("gpu") or {}).get("driver") or {}

@@ -11,9 +11,9 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
     Rule,
-    _gpus,
-    _host,
-    _net,
+    host_fact,
+    network_fact,
+    readable_gpus,
     result,
     skip,
 )
@@ -75,7 +75,7 @@ def _governor_verdict(gov, driver, epp, accepted, userspace):
 
 
 def check_governor(facts, pol):
-    governors = _host(facts, "cpu", "governors")
+    governors = host_fact(facts, "cpu", "governors")
     if governors is None:
         return skip("CPU facts not gathered")
     if not governors:
@@ -85,10 +85,10 @@ def check_governor(facts, pol):
     others = {g: cpus for g, cpus in governors.items() if g != wanted}
     if not others:
         return result("pass", governors, expected, "every CPU uses %s" % wanted)
-    driver = _host(facts, "cpu", "scaling_driver")
-    epp = _host(facts, "cpu", "epp") or {}
+    driver = host_fact(facts, "cpu", "scaling_driver")
+    epp = host_fact(facts, "cpu", "epp") or {}
     accepted = pol["cpu"]["hwp_epp"]
-    userspace = _host(facts, "cpu", "userspace")
+    userspace = host_fact(facts, "cpu", "userspace")
     observed = {"governors": governors, "scaling_driver": driver}
     if epp:
         observed["epp"] = epp
@@ -117,8 +117,8 @@ def check_cores_per_gpu(facts, pol):
     # Counted in logical CPUs, what the clouds sell (a vCPU is a hardware thread): their standard 8-GPU shapes give
     # 12 (Azure ND H100 v5, 96 vCPUs), 24 (AWS p5.48xlarge, 192) and 26 (Google Cloud a3-highgpu-8g, 208) per GPU,
     # and the policy's default (12) is the least of them, so a finding means fewer CPUs than any such shape.
-    gpus = _gpus(facts)
-    threads, cores = _host(facts, "cpu", "threads"), _host(facts, "cpu", "cores")
+    gpus = readable_gpus(facts)
+    threads, cores = host_fact(facts, "cpu", "threads"), host_fact(facts, "cpu", "cores")
     if not gpus:
         return skip("no NVIDIA GPUs could be read")
     if not threads and not cores:
@@ -180,8 +180,8 @@ def _unknown_note(gpus, unknown):
 
 
 def check_numa_locality(facts, pol):
-    gpus = _gpus(facts)
-    nodes = _host(facts, "numa", "nodes")
+    gpus = readable_gpus(facts)
+    nodes = host_fact(facts, "numa", "nodes")
     if not gpus:
         return skip("no NVIDIA GPUs could be read")
     if not nodes:
@@ -214,7 +214,7 @@ def check_numa_locality(facts, pol):
                 }
             )
     fabric = []
-    for nic in _net(facts, "nics") or []:
+    for nic in network_fact(facts, "nics") or []:
         if (
             nic.get("present", True)
             and (nic.get("speed_mbps") or 0) >= pol["cpu"]["fabric_nic_min_mbps"]
@@ -262,7 +262,7 @@ def check_numa_locality(facts, pol):
 
 
 def check_numa_balancing(facts, pol):
-    value = _host(facts, "numa", "balancing")
+    value = host_fact(facts, "numa", "balancing")
     if value is None:
         return skip("kernel.numa_balancing not readable")
     allowed = pol["cpu"]["numa_balancing"]
@@ -283,14 +283,14 @@ def pinned_summary(pinned):
 
 
 def check_irqbalance(facts, pol):
-    irq = _host(facts, "irqbalance")
+    irq = host_fact(facts, "irqbalance")
     if irq is None:
         return skip("irqbalance state not gathered")
     wanted = pol["cpu"]["irqbalance"]
     state = "running" if irq.get("running") else "stopped"
     if wanted == "any" or state == wanted:
         return result("pass", state, wanted, "irqbalance is %s" % state)
-    pinned = _host(facts, "irq", "pinned") or []
+    pinned = host_fact(facts, "irq", "pinned") or []
     if wanted == "running" and pinned:
         # Pinning NIC and GPU interrupts by hand is the other way to spread them (the rationale says so), and
         # irqbalance would move them: a deliberate choice, kept.

@@ -13,13 +13,13 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import SEVE
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
     Rule,
-    _get,
-    _gpus,
-    _host,
-    _log_unreadable,
-    _per_gpu,
-    _severity_rank,
+    get_in,
+    host_fact,
+    log_unreadable,
+    per_gpu_check,
+    readable_gpus,
     result,
+    severity_rank,
     skip,
 )
 
@@ -29,7 +29,7 @@ def check_remapped_rows(facts, pol):
         rows = g.get("remapped_rows")
         return None if rows is None else bool(rows.get("failure") or rows.get("pending"))
 
-    res = _per_gpu(
+    res = per_gpu_check(
         facts,
         bad,
         lambda g: g.get("remapped_rows"),
@@ -70,18 +70,18 @@ def check_lost_gpus(facts, pol):
 
 
 def check_xid(facts, pol):
-    log = _host(facts, "kernel_log")
-    if _log_unreadable(log):
-        return skip(_log_unreadable(log))
-    floor = _severity_rank(pol["health"]["xid_min_severity"])
-    events = [x for x in log.get("xid") or [] if _severity_rank(x.get("severity")) <= floor]
+    log = host_fact(facts, "kernel_log")
+    if log_unreadable(log):
+        return skip(log_unreadable(log))
+    floor = severity_rank(pol["health"]["xid_min_severity"])
+    events = [x for x in log.get("xid") or [] if severity_rank(x.get("severity")) <= floor]
     observed = {
         "lines_scanned": log.get("lines_scanned"),
         "xid": [{"code": x["code"], "count": x.get("count"), "meaning": x.get("meaning")} for x in events],
     }
     if not events:
         return result("pass", observed, "no Xid events", "no Xid events in the window")
-    worst = min(events, key=lambda x: _severity_rank(x.get("severity")))
+    worst = min(events, key=lambda x: severity_rank(x.get("severity")))
     return result(
         "fail",
         observed,
@@ -93,9 +93,9 @@ def check_xid(facts, pol):
 
 
 def check_aer(facts, pol):
-    log = _host(facts, "kernel_log")
-    if _log_unreadable(log):
-        return skip(_log_unreadable(log))
+    log = host_fact(facts, "kernel_log")
+    if log_unreadable(log):
+        return skip(log_unreadable(log))
     aer = log.get("aer") or {}
     observed = {k: aer.get(k, 0) for k in ("corrected", "uncorrected", "fatal")}
     limit = pol["health"]["aer_corrected_max"]
@@ -212,20 +212,20 @@ def check_gpu_count(facts, pol):
 
 def check_sxid(facts, pol):
     """HOST-HLT-003: NVSwitch SXid errors in the kernel log."""
-    log = _host(facts, "kernel_log")
-    if _log_unreadable(log):
-        return skip(_log_unreadable(log))
+    log = host_fact(facts, "kernel_log")
+    if log_unreadable(log):
+        return skip(log_unreadable(log))
     if log.get("sxid") is None:
         return skip("the kernel log scan did not look for SXid lines")
-    floor = _severity_rank(pol["health"]["xid_min_severity"])
-    events = [x for x in log["sxid"] if _severity_rank(x.get("severity")) <= floor]
+    floor = severity_rank(pol["health"]["xid_min_severity"])
+    events = [x for x in log["sxid"] if severity_rank(x.get("severity")) <= floor]
     observed = {
         "lines_scanned": log.get("lines_scanned"),
         "sxid": [{"code": x["code"], "count": x.get("count"), "fatal": x.get("fatal")} for x in events],
     }
     if not events:
         return result("pass", observed, "no SXid errors", "no NVSwitch SXid errors in the window")
-    worst = min(events, key=lambda x: _severity_rank(x.get("severity")))
+    worst = min(events, key=lambda x: severity_rank(x.get("severity")))
     fatal = [x["code"] for x in events if x.get("fatal")]
     return result(
         "fail",
@@ -273,13 +273,13 @@ def _ceil(x):
 
 def check_nvlink_down(facts, pol):
     """GPU-NVL-001: a GPU with some NVLink links down (DCGM MonitorNVLinkStatus fails any down link)."""
-    gpus = _gpus(facts)
+    gpus = readable_gpus(facts)
     if gpus is None:
         return skip("no NVIDIA GPUs could be read")
     linked = [g for g in gpus if g.get("nvlink") and g["nvlink"].get("total")]
     if not linked:
         return skip("no GPU reports NVLink (PCIe cards such as L40S answer NotSupported)")
-    if any(_get(g, "mig", "current") for g in gpus):
+    if any(get_in(g, "mig", "current") for g in gpus):
         # DCGM (DcgmTopology.cpp, bug 200682374): NVML reports links down while any GPU is in MIG mode.
         return skip("a GPU is in MIG mode, where NVML reports NVLink links down (DCGM treats them as disabled)")
     observed = {
@@ -342,10 +342,10 @@ def check_nvlink_errors(facts, pol):
     """GPU-NVL-002: NVLink replay/recovery/CRC errors that rose while sampled, judged as DCGM MonitorNVLink4Fields.
     A counter NVML does not return (NotSupported, NoPermission: null in the facts) is not a zero: with no error in
     the counters it did return, the check is unknown (skip) and names the counters it could not read."""
-    gpus = _gpus(facts)
+    gpus = readable_gpus(facts)
     if gpus is None:
         return skip("no NVIDIA GPUs could be read")
-    sampled = [g for g in gpus if _get(g, "nvlink", "errors_increase") and _get(g, "nvlink", "sample_seconds")]
+    sampled = [g for g in gpus if get_in(g, "nvlink", "errors_increase") and get_in(g, "nvlink", "sample_seconds")]
     if not sampled:
         return skip("no GPU reports NVLink error counters sampled over time")
     observed, items, unread, worst = {}, [], [], "pass"
@@ -457,7 +457,7 @@ def _fabric_training(facts, grace, observed, expected, training):
 def check_fabric(facts, pol):
     """GPU-FAB-001: the GPU's NVLink fabric probe (NVSwitch systems), judged as DCGM MonitorFabricFields."""
     grace = pol["health"]["fabric_boot_grace_s"]
-    gpus = _gpus(facts)
+    gpus = readable_gpus(facts)
     if gpus is None:
         return skip("no NVIDIA GPUs could be read")
     fabric = [g for g in gpus if g.get("fabric")]
@@ -502,20 +502,20 @@ def check_fabric(facts, pol):
 
 def check_ecc_uncorrected(facts, pol):
     """GPU-ECC-003: uncorrectable ECC errors (DCGM MonitorMemVolatileDbes fails any volatile one)."""
-    gpus = _gpus(facts)
+    gpus = readable_gpus(facts)
     if gpus is None:
         return skip("no NVIDIA GPUs could be read")
     known = [
         g
         for g in gpus
-        if _get(g, "ecc", "volatile_uncorrected") is not None or _get(g, "ecc", "aggregate_uncorrected") is not None
+        if get_in(g, "ecc", "volatile_uncorrected") is not None or get_in(g, "ecc", "aggregate_uncorrected") is not None
     ]
     if not known:
         return skip("the GPUs do not report ECC error counts (ECC off or not supported)")
     observed = {
         str(g["index"]): {
-            "volatile": _get(g, "ecc", "volatile_uncorrected"),
-            "aggregate": _get(g, "ecc", "aggregate_uncorrected"),
+            "volatile": get_in(g, "ecc", "volatile_uncorrected"),
+            "aggregate": get_in(g, "ecc", "aggregate_uncorrected"),
         }
         for g in known
     }
@@ -526,7 +526,7 @@ def check_ecc_uncorrected(facts, pol):
         return [
             {"gpu": g["index"], kind: g["ecc"][kind + "_uncorrected"]}
             for g in known
-            if (_get(g, "ecc", kind + "_uncorrected") or 0) > 0
+            if (get_in(g, "ecc", kind + "_uncorrected") or 0) > 0
         ]
 
     volatile = counted("volatile")
@@ -558,7 +558,7 @@ def check_ecc_uncorrected(facts, pol):
 def check_retired_pages(facts, pol):
     """GPU-ECC-004: retired pages at DCGM's limits, or a retirement pending (DCGM MonitorMemSbeDbeRetiredPages and
     MonitorMemRetiredPending)."""
-    gpus = _gpus(facts)
+    gpus = readable_gpus(facts)
     if gpus is None:
         return skip("no NVIDIA GPUs could be read")
     known = [g for g in gpus if g.get("retired_pages")]
@@ -629,7 +629,7 @@ RECOVERY = {
 
 def check_recovery_action(facts, pol):
     """GPU-RCV-001: the recovery action NVML asks for (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)."""
-    gpus = _gpus(facts)
+    gpus = readable_gpus(facts)
     if gpus is None:
         return skip("no NVIDIA GPUs could be read")
     known = [g for g in gpus if g.get("recovery_action")]
@@ -645,7 +645,7 @@ def check_recovery_action(facts, pol):
         items.append({"gpu": g["index"], "action": action, "status": status, "severity": severity, "todo": todo})
     if not items:
         return result("pass", observed, "none", "no GPU asks for a recovery action")
-    worst = min(items, key=lambda i: (i["status"] != "fail", _severity_rank(i["severity"])))
+    worst = min(items, key=lambda i: (i["status"] != "fail", severity_rank(i["severity"])))
     return result(
         worst["status"],
         observed,
@@ -669,10 +669,12 @@ def check_pcie_replays(facts, pol):
     """GPU-PCI-002: PCIe replays over DCGM's per-generation rate (MonitorPcie: replays in the last minute against
     GetExpectedPcieReplayRate). Sampled over less than a minute, an increase above the per-minute limit is one that
     any minute containing the sample exceeds as well: DCGM would warn too."""
-    gpus = _gpus(facts)
+    gpus = readable_gpus(facts)
     if gpus is None:
         return skip("no NVIDIA GPUs could be read")
-    sampled = [g for g in gpus if _get(g, "pcie", "replay_increase") is not None and _get(g, "pcie", "sample_seconds")]
+    sampled = [
+        g for g in gpus if get_in(g, "pcie", "replay_increase") is not None and get_in(g, "pcie", "sample_seconds")
+    ]
     if not sampled:
         return skip("no GPU reports its PCIe replay counter sampled over time")
     observed, items = {}, []
@@ -697,7 +699,7 @@ def check_pcie_replays(facts, pol):
             )
     expected = "at most DCGM's replays per minute for the link's generation and width"
     # A GPU sampled whose counter NVML did not return (NotSupported, NoPermission) is unknown, not "within rate".
-    unread = [g for g in gpus if _get(g, "pcie", "sample_seconds") and _get(g, "pcie", "replay_increase") is None]
+    unread = [g for g in gpus if get_in(g, "pcie", "sample_seconds") and get_in(g, "pcie", "replay_increase") is None]
     not_read = "; ".join(
         "GPU %s (%s)" % (g["index"], (g.get("unsupported") or {}).get("pcie.replay_count") or "not returned by NVML")
         for g in unread
@@ -731,7 +733,7 @@ def check_pcie_replays(facts, pol):
 
 def check_vbios(facts, pol):
     """GPU-FW-001: VBIOS versions that differ across one host's GPUs of the same model."""
-    gpus = _gpus(facts)
+    gpus = readable_gpus(facts)
     if gpus is None:
         return skip("no NVIDIA GPUs could be read")
     known = [g for g in gpus if g.get("vbios_version")]

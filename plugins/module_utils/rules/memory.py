@@ -10,30 +10,30 @@ __metaclass__ = type
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
     Rule,
-    _get,
-    _gpus,
-    _host,
-    _indexes,
-    _net,
-    _swapping,
+    get_in,
+    gpu_indexes,
+    host_fact,
+    network_fact,
+    readable_gpus,
     result,
     skip,
+    swap_verdict,
 )
 
 
 def check_gpu_memory_full_and_swapping(facts, pol):
-    gpus = _gpus(facts)
+    gpus = readable_gpus(facts)
     if gpus is None:
         return skip("no NVIDIA GPUs could be read")
     full = [
         g
         for g in gpus
-        if _get(g, "memory", "used_pct") is not None and g["memory"]["used_pct"] >= pol["memory"]["gpu_full_pct"]
+        if get_in(g, "memory", "used_pct") is not None and g["memory"]["used_pct"] >= pol["memory"]["gpu_full_pct"]
     ]
-    swapping, observed = _swapping(facts.get("host"), pol)
-    observed["gpus_full"] = _indexes(full)
+    swapping, observed = swap_verdict(facts.get("host"), pol)
+    observed["gpus_full"] = gpu_indexes(full)
     observed["max_gpu_memory_pct"] = (
-        max([g["memory"]["used_pct"] for g in gpus if _get(g, "memory", "used_pct") is not None] or [None])
+        max([g["memory"]["used_pct"] for g in gpus if get_in(g, "memory", "used_pct") is not None] or [None])
         if gpus
         else None
     )
@@ -66,7 +66,7 @@ def check_gpu_memory_full_and_swapping(facts, pol):
 def check_swap_activity(facts, pol):
     if not facts.get("host"):
         return skip("host facts not gathered")
-    swapping, observed = _swapping(facts["host"], pol)
+    swapping, observed = swap_verdict(facts["host"], pol)
     expected = "< %s pages/s swapped and PSI some avg10 < %s" % (
         pol["memory"]["swap_rate_pages_per_s"],
         pol["memory"]["psi_some_avg10"],
@@ -79,13 +79,13 @@ def check_swap_activity(facts, pol):
 
 
 def check_swappiness(facts, pol):
-    value = _host(facts, "vm", "swappiness")
+    value = host_fact(facts, "vm", "swappiness")
     if value is None:
         return skip("vm.swappiness not readable")
     # Without swap no anonymous page can be swapped out, whatever vm.swappiness says (most cloud GPU VMs have none;
     # kernel Documentation/admin-guide/sysctl/vm.rst: swappiness weighs swapping against page-cache reclaim).
     limit = pol["memory"]["max_swappiness"]
-    if _host(facts, "memory", "swap_total_mib") == 0:
+    if host_fact(facts, "memory", "swap_total_mib") == 0:
         return result(
             "pass",
             {"swappiness": value, "swap_total_mib": 0},
@@ -101,7 +101,7 @@ def check_thp(facts, pol):
     # Kernel Documentation/admin-guide/mm/transhuge.rst: defrag "always" makes an allocation that wants a huge page
     # stall in direct reclaim and compaction; "madvise" (RHEL's default, with enabled=always) does so only for
     # regions that asked. The stalls come from defrag, not from enabled.
-    mode, defrag = _host(facts, "thp", "enabled"), _host(facts, "thp", "defrag")
+    mode, defrag = host_fact(facts, "thp", "enabled"), host_fact(facts, "thp", "defrag")
     if mode is None and defrag is None:
         return skip("transparent hugepage settings not readable")
     allowed = {"enabled": pol["memory"]["thp_enabled"], "defrag": pol["memory"]["thp_defrag"]}
@@ -202,7 +202,7 @@ def check_memlock(facts, pol):
     # started through PAM get limits.conf, whose group and wildcard lines do not apply to root (limits.conf(5)).
     # A process with CAP_IPC_LOCK (root) is not bound by RLIMIT_MEMLOCK at all (mlock(2)), so the audit's own limit
     # counts only when it runs unprivileged.
-    memlock = _host(facts, "memlock")
+    memlock = host_fact(facts, "memlock")
     if memlock is None:
         return skip("memlock limits not readable")
     required = pol["memory"]["min_memlock_kb"]
@@ -210,7 +210,7 @@ def check_memlock(facts, pol):
     # RLIMIT_MEMLOCK bounds RDMA memory registration (ibv_reg_mr: NCCL over InfiniBand, RoCE or EFA, GPUDirect
     # RDMA, MPI). CUDA's own pinned host memory (cudaHostAlloc) is pinned by the driver and is not bound by it, so
     # on a host without an RDMA device the limit changes nothing for GPU jobs.
-    rdma = _net(facts, "infiniband")
+    rdma = network_fact(facts, "infiniband")
     if rdma is not None and not rdma:
         return result(
             "pass",
@@ -282,7 +282,7 @@ def check_memlock(facts, pol):
 
 
 def check_overcommit(facts, pol):
-    value = _host(facts, "vm", "overcommit_memory")
+    value = host_fact(facts, "vm", "overcommit_memory")
     if value is None:
         return skip("vm.overcommit_memory not readable")
     allowed = pol["memory"]["overcommit_memory"]

@@ -13,11 +13,11 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import links
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
     Rule,
-    _links,
-    _long_links,
-    _net,
-    _physical_up_nics,
+    long_haul_links,
+    network_fact,
+    physical_up_nics,
     result,
+    rtt_links,
     skip,
 )
 
@@ -66,7 +66,7 @@ def _mtu_text(exp):
 
 
 def check_mtu(facts, pol):
-    nics = _physical_up_nics(facts, pol)
+    nics = physical_up_nics(facts, pol)
     if nics is None:
         return skip("NIC facts not gathered")
     if not nics:
@@ -146,7 +146,7 @@ def _ring_size(nic):
 
 
 def check_rings(facts, pol):
-    nics = _physical_up_nics(facts, pol)
+    nics = physical_up_nics(facts, pol)
     if nics is None:
         return skip("NIC facts not gathered")
     observed, failing, warning, shaped, other = {}, [], [], [], []
@@ -220,7 +220,7 @@ def check_rings(facts, pol):
 
 
 def check_offloads(facts, pol):
-    nics = _physical_up_nics(facts, pol)
+    nics = physical_up_nics(facts, pol)
     if nics is None:
         return skip("NIC facts not gathered")
     wanted = pol["network"]["offloads"]
@@ -252,8 +252,8 @@ def _bdp_bytes(link, pol):
 
 
 def check_tcp_buffers(facts, pol):
-    tcp = _net(facts, "tcp")
-    links = [p for p in _links(facts) if p.get("bandwidth_gbps")]
+    tcp = network_fact(facts, "tcp")
+    links = [p for p in rtt_links(facts) if p.get("bandwidth_gbps")]
     if not links:
         return skip("no long-haul links declared or measured for this host's site")
     if tcp is None or tcp.get("rmem") is None or tcp.get("wmem") is None:
@@ -279,10 +279,10 @@ def check_tcp_buffers(facts, pol):
 
 
 def check_congestion_control(facts, pol):
-    long_links = _long_links(facts, pol)
+    long_links = long_haul_links(facts, pol)
     if not long_links:
         return skip("no long links (>= %s ms)" % pol["network"]["long_link_rtt_ms"])
-    tcp = _net(facts, "tcp")
+    tcp = network_fact(facts, "tcp")
     if tcp is None or tcp.get("congestion_control") is None:
         return skip("tcp_congestion_control not readable")
     wanted = pol["network"]["congestion_control"]
@@ -317,7 +317,7 @@ def _check_route_congctl(facts, pol, observed, wanted):
     """Scope routes: the routes to the long-haul peers' prefixes carry the congestion control (ip-route(8) congctl);
     the host default is the owner's."""
     prefixes = links.classify(pol, facts.get("links"))[2]
-    routes = _net(facts, "routes")
+    routes = network_fact(facts, "routes")
     observed = dict(observed, scope="routes", routes=routes)
     expected = {"congctl": wanted, "prefixes": prefixes}
     if not prefixes:
@@ -341,9 +341,9 @@ def _check_route_congctl(facts, pol, observed, wanted):
 def _long_haul_tcp(facts, pol, key):
     """(the host's tcp_<key>, None) where it has long links, else (None, the skip result): not judged without long
     links or where the value is not readable."""
-    if not _long_links(facts, pol):
+    if not long_haul_links(facts, pol):
         return None, skip("no long links (>= %s ms)" % pol["network"]["long_link_rtt_ms"])
-    value = _net(facts, "tcp", key)
+    value = network_fact(facts, "tcp", key)
     if value is None:
         return None, skip("tcp_%s not readable" % key)
     return value, None

@@ -11,16 +11,16 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
     Rule,
-    _get,
-    _gpus,
-    _per_gpu,
+    get_in,
+    per_gpu_check,
+    readable_gpus,
     result,
     skip,
 )
 
 
 def check_persistence(facts, pol):
-    return _per_gpu(
+    return per_gpu_check(
         facts,
         lambda g: None if g.get("persistence_mode") is None else not g["persistence_mode"],
         lambda g: g.get("persistence_mode"),
@@ -31,7 +31,7 @@ def check_persistence(facts, pol):
 
 
 def _limit_floor(g, pol):
-    default = _get(g, "power", "default_limit_w")
+    default = get_in(g, "power", "default_limit_w")
     return None if default is None else default * pol["power"]["min_power_limit_pct"] / 100.0
 
 
@@ -43,13 +43,13 @@ def declared_cap_w(g, pol):
     if power.get("limit_w") is not None:
         cap = float(power["limit_w"])
     elif power.get("limit_pct") is not None:
-        default = _get(g, "power", "default_limit_w")
+        default = get_in(g, "power", "default_limit_w")
         if default is None:
             return None
         cap = default * power["limit_pct"] / 100.0
     else:
         return None
-    low, high = _get(g, "power", "min_limit_w"), _get(g, "power", "max_limit_w")
+    low, high = get_in(g, "power", "min_limit_w"), get_in(g, "power", "max_limit_w")
     if low is not None:
         cap = max(cap, low)
     if high is not None:
@@ -69,13 +69,16 @@ def check_power_limit(facts, pol):
     if power.get("limit_w") is None and power.get("limit_pct") is None:
 
         def bad(g):
-            floor, limit = _limit_floor(g, pol), _get(g, "power", "limit_w")
+            floor, limit = _limit_floor(g, pol), get_in(g, "power", "limit_w")
             return None if floor is None or limit is None else limit < floor - 0.5
 
-        return _per_gpu(
+        return per_gpu_check(
             facts,
             bad,
-            lambda g: {"limit_w": _get(g, "power", "limit_w"), "default_limit_w": _get(g, "power", "default_limit_w")},
+            lambda g: {
+                "limit_w": get_in(g, "power", "limit_w"),
+                "default_limit_w": get_in(g, "power", "default_limit_w"),
+            },
             ">= %s%% of the default limit" % power["min_power_limit_pct"],
             "power limits are at policy",
             "power limit below %s%% of the default (no cap declared in power.limit_w or power.limit_pct)"
@@ -84,12 +87,12 @@ def check_power_limit(facts, pol):
 
     # A declared cap is an owner's decision (a rack's power budget): the limit must be exactly that, neither
     # below (the GPUs lose throughput for nothing) nor above (the budget is broken).
-    gpus = _gpus(facts)
+    gpus = readable_gpus(facts)
     if gpus is None:
         return skip("no NVIDIA GPUs could be read")
     observed, items = {}, []
     for g in gpus:
-        cap, limit = declared_cap_w(g, pol), _get(g, "power", "limit_w")
+        cap, limit = declared_cap_w(g, pol), get_in(g, "power", "limit_w")
         if cap is None or limit is None:
             continue
         observed[str(g["index"])] = {"limit_w": limit, "declared_cap_w": round(cap, 1)}
@@ -128,7 +131,7 @@ POWER_CAP_REASON = "sw_power_cap"
 
 
 def check_throttling(facts, pol):
-    gpus = _gpus(facts)
+    gpus = readable_gpus(facts)
     if gpus is None:
         return skip("no NVIDIA GPUs could be read")
     known = [g for g in gpus if g.get("clock_event_reasons") is not None]
@@ -169,13 +172,16 @@ def check_temperature(facts, pol):
     margin = pol["power"]["temp_margin_c"]
 
     def bad(g):
-        temp, slow = _get(g, "temperature", "gpu"), _get(g, "temperature", "slowdown")
+        temp, slow = get_in(g, "temperature", "gpu"), get_in(g, "temperature", "slowdown")
         return None if temp is None or slow is None else temp >= slow - margin
 
-    return _per_gpu(
+    return per_gpu_check(
         facts,
         bad,
-        lambda g: {"temperature_c": _get(g, "temperature", "gpu"), "slowdown_c": _get(g, "temperature", "slowdown")},
+        lambda g: {
+            "temperature_c": get_in(g, "temperature", "gpu"),
+            "slowdown_c": get_in(g, "temperature", "slowdown"),
+        },
         "more than %d C below the slowdown threshold" % margin,
         "temperatures are well below slowdown",
         "within %d C of the slowdown temperature" % margin,
@@ -183,7 +189,7 @@ def check_temperature(facts, pol):
 
 
 def check_pcie_link(facts, pol):
-    gpus = _gpus(facts)
+    gpus = readable_gpus(facts)
     if gpus is None:
         return skip("no NVIDIA GPUs could be read")
     busy_pct = pol["power"]["busy_util_pct"]
@@ -195,7 +201,7 @@ def check_pcie_link(facts, pol):
         )
         if down is None:
             continue
-        util = _get(g, "utilization", "gpu_pct")
+        util = get_in(g, "utilization", "gpu_pct")
         observed[str(g["index"])] = {
             "link": decoders.pcie_link(p["gen_current"], p["width_current"]),
             "max": decoders.pcie_link(p["gen_max"], p["width_max"]),
@@ -232,10 +238,10 @@ def check_pcie_link(facts, pol):
 def check_ecc_mode(facts, pol):
     if not pol["power"]["ecc"]:
         return skip("policy does not require ECC")
-    return _per_gpu(
+    return per_gpu_check(
         facts,
-        lambda g: None if _get(g, "ecc", "current") is None else not g["ecc"]["current"],
-        lambda g: _get(g, "ecc", "current"),
+        lambda g: None if get_in(g, "ecc", "current") is None else not g["ecc"]["current"],
+        lambda g: get_in(g, "ecc", "current"),
         True,
         "ECC is on",
         "ECC off",
@@ -246,14 +252,14 @@ def _mode_pending(facts, field, applied_by):
     """A mode (ECC, MIG) whose pending value differs from the current one: the change waits for ``applied_by``."""
 
     def bad(g):
-        cur, pend = _get(g, field, "current"), _get(g, field, "pending")
+        cur, pend = get_in(g, field, "current"), get_in(g, field, "pending")
         return None if cur is None or pend is None else cur != pend
 
     name = field.upper()
-    return _per_gpu(
+    return per_gpu_check(
         facts,
         bad,
-        lambda g: {"current": _get(g, field, "current"), "pending": _get(g, field, "pending")},
+        lambda g: {"current": get_in(g, field, "current"), "pending": get_in(g, field, "pending")},
         "pending == current",
         "no %s mode change is waiting for a %s" % (name, applied_by.split(" or ")[0]),
         "%s mode change pending a %s" % (name, applied_by),

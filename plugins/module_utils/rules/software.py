@@ -11,21 +11,21 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders, n
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
     Rule,
-    _driver,
-    _version_tuple,
+    driver_facts,
     result,
     skip,
+    version_tuple,
 )
 
 
 def check_driver_version(facts, pol):
-    version = _driver(facts).get("version")
+    version = driver_facts(facts).get("version")
     if not version:
         return skip("driver version not available")
     minimum = pol["software"]["driver_min_version"]
     branch = pol["software"]["driver_branch"]
     problems = []
-    if minimum and _version_tuple(version) < _version_tuple(minimum):
+    if minimum and version_tuple(version) < version_tuple(minimum):
         problems.append("older than %s" % minimum)
     actual_branch = decoders.driver_branch(version)
     if branch is not None and actual_branch != branch:
@@ -49,15 +49,15 @@ PTX_CAVEAT = (
 
 def _compat_covers(compat, toolkit):
     """A cuda-compat package whose CUDA version is at least the toolkit's (forward compatibility)."""
-    want = _version_tuple(toolkit)[:2]
+    want = version_tuple(toolkit)[:2]
     for entry in compat or []:
-        if entry.get("cuda") and _version_tuple(entry["cuda"])[:2] >= want:
+        if entry.get("cuda") and version_tuple(entry["cuda"])[:2] >= want:
             return entry
     return None
 
 
 def check_cuda_toolkit(facts, pol):
-    drv = _driver(facts)
+    drv = driver_facts(facts)
     supported = drv.get("cuda_driver_version")
     toolkits = drv.get("cuda_toolkits")
     branch = decoders.driver_branch(drv.get("version") or drv.get("library_version"))
@@ -65,10 +65,10 @@ def check_cuda_toolkit(facts, pol):
         return skip("no CUDA toolkit installed under /usr/local")
     if not supported and branch is None:
         return skip("neither the driver's CUDA version nor its branch is available")
-    driver_cuda = _version_tuple(supported)[:2] if supported else None
+    driver_cuda = version_tuple(supported)[:2] if supported else None
     major_gap, minor_gap, covered = [], [], []
     for t in toolkits:
-        version = _version_tuple(t["version"])[:2]
+        version = version_tuple(t["version"])[:2]
         major = version[0]
         minimum = CUDA_MAJOR_MIN_BRANCH.get(major)
         too_old_branch = branch is not None and minimum is not None and branch < minimum
@@ -130,7 +130,7 @@ def check_cuda_toolkit(facts, pol):
 
 def check_kernel_module(facts, pol):
     gpu = facts.get("gpu") or {}
-    drv = _driver(facts)
+    drv = driver_facts(facts)
     code = (gpu.get("nvml") or {}).get("error_code")
     kmod, library, nvml_version = drv.get("kernel_module_version"), drv.get("library_version"), drv.get("version")
     observed = {
@@ -175,7 +175,7 @@ def _nvswitches(facts):
 
 
 def check_fabricmanager(facts, pol):
-    drv = _driver(facts)
+    drv = driver_facts(facts)
     user = drv.get("version") or drv.get("library_version")
     fm, running = drv.get("fabricmanager_version"), drv.get("fabricmanager_running")
     platform = nvlink_platform.classify(facts)
@@ -266,7 +266,7 @@ def check_imex(facts, pol):
     platform = nvlink_platform.classify(facts)
     if platform is None:
         return skip("neither the PCI bus nor NVML was read: the NVLink platform is unknown")
-    imex = _driver(facts).get("imex")
+    imex = driver_facts(facts).get("imex")
     expected = (
         "on multi-node NVLink compute trays: nvidia-imex installed and running, its node list present, one IP "
         "address per line, listing this host"

@@ -125,10 +125,10 @@ def run(args: argparse.Namespace) -> int:
     if overrides:
         extravars["gpufleet_policy_overrides"] = overrides
     result = run_playbook(PLAYBOOK, args.inventory, limit=args.limit, extravars=extravars, quiet=not args.verbose)
-    from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import _severity_rank
+    from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import severity_rank
 
     code = exits.EXIT_OK
-    threshold = None if args.fail_on == "none" else _severity_rank(args.fail_on)
+    threshold = None if args.fail_on == "none" else severity_rank(args.fail_on)
     for name, host in sorted(result.hosts.items()):
         res = host.actions.get(PROBE_ACTION) or {}
         if host.status != "ok" or not res:
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         print_host(name, res)
         failing = [f for f in res.get("findings") or [] if f["status"] == "fail"]
-        if threshold is not None and any(_severity_rank(f["severity"]) <= threshold for f in failing):
+        if threshold is not None and any(severity_rank(f["severity"]) <= threshold for f in failing):
             code = max(code, exits.EXIT_FINDINGS)
     if result.interrupted:
         return exits.EXIT_INTERRUPTED
