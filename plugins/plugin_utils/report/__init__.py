@@ -6,8 +6,9 @@
 Shared by the ``gpufleet.tuning`` action plugin and the ``gpufleet`` CLI. Every import inside this package is
 relative, so it works as ``ansible_collections.gpufleet.tuning.plugins.plugin_utils.report`` and from any other
 place the collection's ``plugins`` tree is put on ``sys.path``. Python 3.10+, stdlib + jinja2 (only ``html``
-needs jinja2); the one import outside the package is ``module_utils/text.py`` (stdlib only), the single cleaner of
-host strings that the hosts' watch uses as well.
+needs jinja2); the imports outside the package are ``module_utils/text.py``, the single cleaner of host strings
+that the hosts' watch uses as well, and ``module_utils/summary.py``, the one count of rule results that a host's own
+summary uses too (both stdlib only).
 
 - ``schema``: ``SCHEMA``, ``validate(report)``, ``summarize(hosts)``, the matrix cell logic
 - ``html``: ``render_html(report)`` (self-contained page)

@@ -16,6 +16,8 @@ import re
 from datetime import datetime
 from typing import Any
 
+from ...module_utils.summary import FINDING_STATUSES, count_findings
+
 SCHEMA = "gpufleet.report/v1"
 
 AREAS = ("memory", "cpu", "network", "power", "software", "health")
@@ -29,7 +31,6 @@ DOWN_STATUSES = HOST_STATUSES[1:]
 HOST_COUNT_KEYS = ("total", *HOST_STATUSES)
 OPTIONAL_HOST_COUNT_KEYS = ("timeout", "interrupted")
 LINK_SOURCES = ("declared", "measured", "mixed", "none")  # mixed: some peers declared, some measured
-FINDING_STATUSES = ("fail", "warn")  # a "finding" in counts, metrics and diffs
 
 # Cell states of the host x area matrix, worst first. Host-level states come first: nothing below them is known.
 CELL_STATES = ("unreachable", "failed", "timeout", "interrupted", "fail", "warn", "error", "pass", "skip", "none")
@@ -115,25 +116,17 @@ def summarize(hosts: dict[str, dict]) -> dict[str, Any]:
     a failed host that returned some are counted too. Values outside the schema's enums are not counted.
     """
     host_counts = {key: 0 for key in HOST_COUNT_KEYS}
-    by_severity = {s: 0 for s in SEVERITIES}
-    by_area = {a: 0 for a in AREAS}
-    by_status = {s: 0 for s in STATUSES}
+    findings = []
     for host in (hosts or {}).values():
         host_counts["total"] += 1
         status = host.get("status") if isinstance(host, dict) else None
         if status in HOST_STATUSES:
             host_counts[status] += 1
-        for f in host_findings(host):
-            if f.get("status") in by_status:
-                by_status[f["status"]] += 1
-            if is_finding(f):
-                if f.get("severity") in by_severity:
-                    by_severity[f["severity"]] += 1
-                if f.get("area") in by_area:
-                    by_area[f["area"]] += 1
+        findings += host_findings(host)
+    counts = count_findings(findings, STATUSES, SEVERITIES, AREAS)  # the count a host's own summary makes
     return {
         "hosts": host_counts,
-        "findings": {"by_severity": by_severity, "by_area": by_area, "by_status": by_status},
+        "findings": {key: counts[key] for key in ("by_severity", "by_area", "by_status")},
     }
 
 
