@@ -40,20 +40,10 @@ _value:
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as policy_mod
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils.fleet import plain
 
 # The inventory variables, in merge order; the audit playbook, the CLI and every role use these names.
 LAYERS = policy_mod.LAYERS
-
-
-def _plain(value):
-    """Ansible's lazy containers and unsafe strings as plain Python (validate checks exact types)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, str):
-        return str(value)
-    return value
 
 
 def effective_policy(layers):
@@ -65,7 +55,7 @@ def effective_policy(layers):
             % (", ".join(LAYERS), type(layers).__name__)
         )
     try:
-        merged = policy_mod.merge_layers([_plain(layer) for layer in layers], names=LAYERS)
+        merged = policy_mod.merge_layers([plain(layer) for layer in layers], names=LAYERS)
         return policy_mod.validate(merged, known_rules=rules.BY_ID)
     except policy_mod.PolicyError as exc:
         raise AnsibleFilterError("effective_policy: %s" % exc) from exc

@@ -95,3 +95,15 @@ def test_the_checks_see_a_private_reach(tmp_path):
     assert sorted(private_reaches(src)) == sorted(
         ["2 from gpufleet.runner import _clean", "5 nvml._text", "5 b._get", "5 collect._ok"]
     )
+
+
+def test_one_plain_copier():
+    """Ansible's values made plain JSON: fleet.plain is the one copier (the report, a worker's host variables, the
+    effective_policy filter), imported where needed, not copied."""
+    homes = [
+        f"{path.relative_to(REPO).as_posix()}:{node.name}"
+        for path in _sources()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef) and node.name.strip("_") == "plain"
+    ]
+    assert homes == ["plugins/plugin_utils/fleet.py:plain"]
