@@ -24,8 +24,8 @@ ALLOWED = {
     ("plugins/module_utils/fileio.py", "_open_directory", "os.mkdir"): "creates the target's directory",
     ("plugins/module_utils/sysctl.py", "write_runtime", "open"): "a /proc/sys value: the kernel takes it whole",
     ("plugins/module_utils/sysfs_settings.py", "write_value", "open"): "a /sys attribute: the kernel takes it whole",
-    ("plugins/modules/rollback.py", "restore_value", "open"): "a /proc/sys or /sys value, as above",
-    ("plugins/modules/rollback.py", "restore_file", "os.unlink"): "removes a file the run created: atomic",
+    ("plugins/module_utils/rollback_restore.py", "restore_value", "open"): "a /proc/sys or /sys value, as above",
+    ("plugins/module_utils/rollback_restore.py", "restore_file", "os.unlink"): "removes a file the run created: atomic",
     ("plugins/module_utils/nic_settings.py", "remove_legacy", "os.unlink"): (
         "removes our own 60-gpufleet-<nic>.link of older releases (it renamed bond members), recorded for rollback "
         "first: atomic"

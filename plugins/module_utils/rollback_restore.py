@@ -1,0 +1,232 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Module rollback's work: find a run's record, put every entry back newest first, mark the record rolled back.
+
+Each ``restore_*`` plans (compares the recorded value with the host's), applies only outside check mode, and says
+whether the entry changed (or would). Kept apart from rollback.py, the record itself, which every changing module
+imports: this file reaches every kind of setting (files, sysctl/sysfs values, routes, GPUs through NVML, NICs
+through ethtool and ip), and only the rollback module needs it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import re
+import time
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_settings as gs
+from ansible_collections.gpufleet.tuning.plugins.module_utils import links, nic, nic_settings, nvml, rollback, sysctl
+from ansible_collections.gpufleet.tuning.plugins.module_utils.ethtool import Ethtool
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
+from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
+from ansible_collections.gpufleet.tuning.plugins.module_utils.nvml_session import NvmlInitError, nvml_session
+
+
+def load_record(module, directory, run_id):
+    """(run id, record) of ``run_id`` ('latest': the newest record in ``directory``); fails the module naming the
+    field when there is none or it is not JSON."""
+    if run_id == "latest":
+        run_id = rollback.latest(directory)
+        if run_id is None:
+            module.fail_json(msg="rollback_dir: no rollback record in %s (nothing was remediated here)" % directory)
+    elif rollback.run_id_error(run_id):
+        module.fail_json(msg="run_id: %r %s" % (run_id, rollback.run_id_error(run_id)))
+    try:
+        return run_id, rollback.load(directory, run_id)
+    except (IOError, OSError):
+        # missing_record: the CLI tells "this run never changed this host" (e.g. interrupted before it got here)
+        # from a real failure.
+        module.fail_json(msg="run_id: no record %s in %s" % (run_id, directory), missing_record=True)
+    except ValueError as exc:
+        module.fail_json(msg="run_id: record %s is not valid JSON: %s" % (run_id, exc))
+
+
+def restore(module, entries):
+    """Put ``entries`` back in their order (the caller gives them newest first): files, sysctl and sysfs values and
+    routes one by one, then the GPUs in one NVML session, then the NICs. Returns (restored, unchanged) descriptions."""
+    restored, unchanged = [], []
+    for e in entries:
+        changed = _restore_entry(module, e)
+        if changed is not None:
+            (restored if changed else unchanged).append(_describe(e))
+    for kind, restore_kind in (("gpu", _restore_gpus_or_fail), ("nic", restore_nics)):
+        r, u = restore_kind(module, [e for e in entries if e["kind"] == kind])
+        restored += r
+        unchanged += u
+    return restored, unchanged
+
+
+def mark_rolled_back(directory, run_id, data):
+    """Stamp the record with the time it was rolled back."""
+    data["rolled_back_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    write_atomic(rollback.path_for(directory, run_id), json.dumps(data, indent=2, sort_keys=True), mode=0o600)
+
+
+def _restore_entry(module, e):
+    """True/False: a file, sysctl, sysfs or route entry was (would be) restored / already had its value; None for
+    the kinds restored together (gpu, nic)."""
+    if e["kind"] == "file":
+        return restore_file(module, e)
+    if e["kind"] == "sysctl":
+        path = HostFS(e.get("root") or "/").path(sysctl.proc_path(e["key"]))
+        if e["value"] is None:
+            return False
+        try:
+            return restore_value(module, path, e["value"])
+        except (IOError, OSError) as exc:
+            module.fail_json(msg="restoring %s failed: %s" % (e["key"], exc))
+    if e["kind"] == "sysfs":
+        return restore_value(module, e["path"], e["value"])
+    if e["kind"] == "route":
+        return restore_route(module, e)
+    return None
+
+
+def _restore_gpus_or_fail(module, entries):
+    try:
+        return restore_gpus(module, entries)
+    except gs.SettingsError as exc:
+        module.fail_json(msg="restoring GPU settings failed: %s" % exc)
+    except NvmlInitError as exc:
+        module.fail_json(
+            msg="restoring GPU settings failed: NVML could not be initialised: %s" % nvml.error_name(exc.error)
+        )
+
+
+_C = {"LC_ALL": "C", "LANG": "C"}
+
+
+def _describe(entry):
+    keys = [
+        entry.get(k) for k in ("path", "key", "uuid", "setting", "name", "field", "prefix") if entry.get(k) is not None
+    ]
+    return "%s %s" % (entry["kind"], " ".join(str(k) for k in keys))
+
+
+def _read_file(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except (IOError, OSError):
+        return None
+
+
+def restore_file(module, entry):
+    path = entry["path"]
+    if entry["content"] is None:
+        # lexists: a link the run created goes even when its target is already gone; unlink removes the link itself.
+        if not os.path.lexists(path):
+            return False
+        if not module.check_mode:
+            os.unlink(path)
+        return True
+    if _read_file(path) == entry["content"]:
+        return False
+    if not module.check_mode:
+        # The content was read through a link, so it goes back through it (the link stays a link).
+        write_atomic(os.path.realpath(path), entry["content"])
+    return True
+
+
+def restore_route(module, entry):
+    """Put a route route_congctl changed back as recorded, or delete the one it created. True when it (would) change."""
+    ip_bin = module.get_bin_path("ip", required=True)
+    prefix = entry["prefix"]
+    family = "-6" if entry["family"] == "inet6" else "-4"
+    rc, out, err = module.run_command([ip_bin, "-j", family, "route", "show", "exact", prefix], environ_update=_C)
+    try:
+        shown = json.loads(out or "[]") if rc == 0 else None
+    except ValueError:
+        shown = None
+    if shown is None:
+        module.fail_json(msg="restoring route %s: cannot read it: %s" % (prefix, (err or out).strip()))
+    current = shown[0] if shown else None
+    was = entry.get("route")
+    if was is None:
+        created = entry.get("created") or {}
+        if current is None:
+            return False
+        if (current.get("gateway"), current.get("dev")) != (created.get("gateway"), created.get("dev")):
+            module.warn(
+                "route %s now goes via %s dev %s, not the path this run created it with (via %s dev %s): left alone"
+                % (prefix, current.get("gateway"), current.get("dev"), created.get("gateway"), created.get("dev"))
+            )
+            return False
+        argv = links.route_argv("del", prefix, created, metrics=False)
+    else:
+        argv = links.route_argv("replace", prefix, was, links.route_congctl_of(was))
+        if (
+            current is not None
+            and links.route_argv("replace", prefix, current, links.route_congctl_of(current)) == argv
+        ):
+            return False
+    if not module.check_mode:
+        rc, out, err = module.run_command([ip_bin, family] + argv, environ_update=_C)
+        if rc != 0:
+            module.fail_json(
+                msg="restoring route %s: ip %s failed: %s" % (prefix, " ".join(argv), (err or out).strip())
+            )
+    return True
+
+
+def _shown(text):
+    """A sysfs/procfs value as the kernel shows it; bracketed choices ("always [madvise] never") -> "madvise"."""
+    m = re.search(r"\[([^\]]+)\]", text)
+    return sysctl.normalize(m.group(1) if m else text)
+
+
+def restore_value(module, path, value):
+    current = _read_file(path)
+    if current is not None and _shown(current) == sysctl.normalize(value):
+        return False
+    if not module.check_mode:
+        with open(path, "w") as f:
+            f.write(str(value) + "\n")
+    return True
+
+
+def restore_gpus(module, entries):
+    """Let gpu_settings plan and apply the prior values of GPU entries, in one NVML session."""
+    if not entries:
+        return [], []
+    nv = nvml.load_pynvml(module.params["nvml_library"])
+    with nvml_session(nv):
+        done = gs.restore(nv, entries, module.check_mode)
+    return [_describe(e) for e, changed in done if changed], [_describe(e) for e, changed in done if not changed]
+
+
+def restore_nics(module, entries):
+    restored, unchanged = [], []
+    by_name = {}
+    for e in entries:
+        by_name.setdefault(e["name"], []).append(e)
+    ethtool_bin = module.params["ethtool_path"] or module.get_bin_path("ethtool")
+    ip_bin = module.get_bin_path("ip")
+
+    def run(argv):
+        return module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"})
+
+    for name, items in sorted(by_name.items()):
+        current = nic.read_nic(
+            HostFS("/"),
+            name,
+            Ethtool(run, ethtool_bin) if ethtool_bin else None,
+            None if ethtool_bin else "ethtool not found",
+        )
+        want = dict((e["field"], e["value"]) for e in items if e["value"] is not None)
+        _before, _after, steps, _unsupported = nic_settings.plan(current, want)
+        changed_fields = set(s[0] for s in steps)
+        for e in items:
+            (restored if e["field"] in changed_fields else unchanged).append(_describe(e))
+        if module.check_mode:
+            continue
+        for field, argv, tool in steps:
+            full = [ethtool_bin if tool == "ethtool" else ip_bin] + argv
+            rc, out, err = run(full)
+            if rc != 0:
+                module.fail_json(msg="restoring %s of %s failed: %s" % (field, name, (err or out).strip()))
+    return restored, unchanged
