@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # Apache License 2.0 (see LICENSE)
-"""Role nvidia_driver's decisions, as pure functions of what a host shows (modules nvidia_driver_preflight and
-nvidia_driver_reload gather it):
+"""Role nvidia_driver's decisions, as pure functions of what a host shows, and the two modules' work around them
+(``preflight`` gathers and plans for nvidia_driver_preflight; ``DriverReload`` plans, diffs and applies for
+nvidia_driver_reload):
 
 - which kernel module flavour (open or proprietary) the GPUs present need (``choose_flavour``);
 - whether the GPUs are in use (NVML compute processes, processes holding ``/dev/nvidia*``) (``in_use``);
@@ -514,3 +515,238 @@ def read_efivar(fs, path=SECURE_BOOT_VAR):
             return f.read(64)
     except (IOError, OSError):
         return None
+
+
+# What the modules do with the functions above: nvidia_driver_preflight gathers and plans (``preflight``),
+# nvidia_driver_reload plans, diffs and applies (``DriverReload``). These take the AnsibleModule for its commands.
+
+
+def pci_gpus(fs):
+    """The NVIDIA GPUs on the PCI bus (``gpu_from_pci`` of every device in /sys/bus/pci/devices)."""
+    found = []
+    for dev in fs.glob("/sys/bus/pci/devices/*"):
+        g = gpu_from_pci(
+            os.path.basename(dev), fs.read(dev + "/vendor"), fs.read(dev + "/device"), fs.read(dev + "/class")
+        )
+        if g:
+            found.append(g)
+    return found
+
+
+def run_read_only(module, argv):
+    """stdout+stderr of a read-only command, or None when it is not installed."""
+    binary = module.get_bin_path(argv[0])
+    if not binary:
+        return None
+    rc, out, err = module.run_command([binary] + argv[1:], environ_update={"LC_ALL": "C", "LANG": "C"})
+    return (out or "") + (err or "")
+
+
+def secure_boot(module, fs, local, dkms_key, kernel):
+    """{'enabled', 'key_enrolled', 'signer', 'ok', 'message'}: the EFI variable or ``mokutil --sb-state``, then (on
+    the local host with Secure Boot on) DKMS's key in the MOK list and the built module's signer."""
+    mok_state = run_read_only(module, ["mokutil", "--sb-state"]) if local else None
+    enabled = secure_boot_state(read_efivar(fs), mok_state)
+    info = {"enabled": enabled, "key_enrolled": None, "signer": None}
+    enrolled = None
+    if enabled and local:
+        if os.path.exists(dkms_key):
+            out = run_read_only(module, ["mokutil", "--test-key", dkms_key])
+            if out is not None:
+                info["key_enrolled"] = "already enrolled" in out
+        if kernel:
+            signer = run_read_only(module, ["modinfo", "-k", kernel, "-F", "signer", "nvidia"])
+            if signer is not None and "not found" not in signer:
+                info["signer"] = signer.strip()
+        enrolled = run_read_only(module, ["mokutil", "--list-enrolled"]) if info["signer"] else None
+    info["ok"], info["message"] = secure_boot_verdict(enabled, info["key_enrolled"], info["signer"], enrolled)
+    return info
+
+
+def gpus_of(facts, fs):
+    """(gpus, source): NVML's GPUs when it lists any, else the PCI bus's ('pci'), else ([], 'none')."""
+    if facts["gpus"]:
+        return [gpu_from_nvml(g) for g in facts["gpus"]], "nvml"
+    gpus = pci_gpus(fs)
+    return gpus, "pci" if gpus else "none"
+
+
+def nvswitches(facts):
+    """NVSwitches on the PCI bus, None when it could not be read: NVIDIA bridges of class 0x0680 (HGX A100/H100)
+    and, where the PCI reader lists them, the NVSwitch management bridges through which fabric manager reaches
+    fifth-generation NVLink switches (HGX B200)."""
+    bus = facts.get("pci") or {}
+    if not bus.get("available"):
+        return None
+    return list(bus.get("nvswitches") or []) + list(bus.get("nvswitch_bridges") or [])
+
+
+def loaded_module(facts, modules):
+    """{'version', 'source', 'modules'} of the loaded nvidia module: the kernel's word first, else NVML's."""
+    kmod = facts["driver"].get("kernel_module_version")
+    if kmod:
+        return {"version": kmod, "source": "kernel", "modules": modules or ["nvidia"]}
+    if facts["nvml"].get("available") and facts["driver"].get("version"):
+        # NVML answers only while a module is loaded, and reports that module's version.
+        return {
+            "version": facts["driver"]["version"],
+            "source": facts["nvml"]["source"],
+            "modules": modules or ["nvidia"],
+        }
+    return {"version": "", "source": None, "modules": modules}
+
+
+def compute_processes(facts):
+    """[{'gpu', 'pid'}] of NVML's compute processes; None when NVML could not tell."""
+    if not facts["nvml"].get("available"):
+        return None
+    return [{"gpu": g.get("index"), "pid": p.get("pid")} for g in facts["gpus"] for p in g.get("processes") or []]
+
+
+def busy_reasons(fs, processes):
+    """``in_use`` of the compute processes and /dev/nvidia* holders, and ``module_users``."""
+    return in_use(processes, device_holders(fs)) + module_users(module_refcounts(fs))
+
+
+def preflight(module, fs, facts):
+    """nvidia_driver_preflight's result (all but ``changed``) from gpu_info's ``facts`` and the module's params."""
+    p = module.params
+    gpus, source = gpus_of(facts, fs)
+    flavour = choose_flavour(gpus, p["branch"], p["open"], p["installed_open"], branch_of(p["installed_version"]))
+    fabric = fabric_decision(p["fabricmanager"], nvswitches(facts), p["installed_packages"])
+    loaded = loaded_module(facts, loaded_modules(fs))
+    processes = compute_processes(facts)
+    holders = device_holders(fs)
+    busy = in_use(processes, holders) + module_users(module_refcounts(fs))
+    sb = secure_boot(module, fs, fs.root == "/", p["dkms_key"], p["kernel"])
+    return dict(
+        gpus=gpus,
+        gpu_source=source,
+        flavour=flavour,
+        loaded=loaded,
+        busy=busy,
+        processes=processes,
+        holders=holders,
+        secure_boot=sb,
+        fabric=fabric,
+        plan=preflight_plan(p, loaded, busy, sb, flavour, processes, facts["nvml"]),
+        nvml=facts["nvml"],
+    )
+
+
+def preflight_plan(p, loaded, busy, sb, flavour, processes, nvml_facts):
+    """``plan_change`` for the module's params ``p``; None when they ask about no change."""
+    if not (p["target_version"] or p["change"] is not None or p["fabric_missing"]):
+        return None
+    plan = plan_change(
+        p["installed_version"],
+        p["target_version"],
+        loaded["version"],
+        busy,
+        p["reboot_ok"],
+        p["reload_ok"],
+        (sb["ok"], sb["message"]),
+        flavour["conflict"],
+        p["change"],
+        p["fabric_missing"],
+    )
+    if processes is None and loaded["version"] and plan["action"] == "reload":
+        plan["message"] += " (NVML could not list compute processes: %s; judged by /dev/nvidia* holders)" % (
+            nvml_facts.get("error") or "unavailable"
+        )
+    return plan
+
+
+class DriverReload:
+    """nvidia_driver_reload: ``plan`` compares the loaded module's version with ``want`` and fills ``result``
+    (changed, before, after, diff, modules); ``apply`` (outside check mode) refuses while the GPUs are in use, stops
+    the running services, unloads and loads the modules, starts the services again and checks the loaded version.
+    ``read_facts(fs)`` is gpu_info's reader (gpu.read bound to the module)."""
+
+    def __init__(self, module, fs, want, read_facts):
+        self.module = module
+        self.fs = fs
+        self.want = want
+        self.read_facts = read_facts
+        self.before, self.facts = self.loaded_version()
+        self.result = {"changed": False, "before": self.before, "after": self.before}
+        self.stopped = []
+        self.systemctl = None
+
+    def loaded_version(self):
+        """(version, gpu_info facts): the kernel's word first, else the driver version NVML reports (only while a
+        module is loaded)."""
+        facts = self.read_facts(self.fs)
+        version = facts["driver"].get("kernel_module_version")
+        if not version and facts["nvml"].get("available"):
+            version = facts["driver"].get("version")
+        return version or "", facts
+
+    def plan(self):
+        if self.before != self.want:
+            self.result.update(changed=True, after=self.want, diff=self.diff())
+            self.result["modules"] = loaded_modules(self.fs) or (["nvidia"] if self.before else [])
+        return self.result
+
+    def diff(self):
+        return {
+            "before": "nvidia module %s\n" % (self.before or "not loaded"),
+            "after": "nvidia module %s\n" % self.want,
+        }
+
+    def apply(self):
+        busy = busy_reasons(self.fs, compute_processes(self.facts))
+        if busy:
+            self.fail("refusing to unload the nvidia modules: the GPUs are in use: %s" % "; ".join(busy))
+        self.stop_services()
+        # PATH first, then the sbin directories get_bin_path adds.
+        modprobe = self.module.get_bin_path("modprobe", required=True)
+        self.unload(modprobe)
+        self.load(modprobe)
+        self.start_services()
+        after, self.facts = self.loaded_version()
+        self.result["after"] = after
+        if after != self.want:
+            self.fail("after the reload the loaded nvidia module is %s, not %s" % (after or "none", self.want))
+
+    def fail(self, msg):
+        self.module.fail_json(msg=msg, **self.result)
+
+    def stop_services(self):
+        """Stop the services that are active (they hold the device files); ``result['services']`` names them."""
+        self.systemctl = self.module.get_bin_path("systemctl")
+        if self.systemctl:
+            for unit in self.module.params["services"]:
+                rc, out, err = self.module.run_command([self.systemctl, "is-active", unit])
+                if out.strip() == "active":
+                    rc, out, err = self.module.run_command([self.systemctl, "stop", unit])
+                    if rc != 0:
+                        self.fail("cannot stop %s: %s" % (unit, (err or out).strip()))
+                    self.stopped.append(unit)
+        self.result["services"] = self.stopped
+
+    def start_services(self):
+        for unit in self.stopped:
+            self.module.run_command([self.systemctl, "start", unit])
+
+    def unload(self, modprobe):
+        modules = self.result["modules"]
+        if not modules:
+            return
+        rc, out, err = self.module.run_command([modprobe, "-r"] + modules)
+        if rc != 0:
+            self.start_services()
+            self.fail(
+                "modprobe -r %s failed (rc %d): %s; the old module %s stays loaded"
+                % (" ".join(modules), rc, (err or out).strip(), self.before)
+            )
+
+    def load(self, modprobe):
+        for name in reversed(self.result["modules"] or ["nvidia"]):
+            rc, out, err = self.module.run_command([modprobe, name])
+            if rc != 0:
+                self.start_services()
+                self.fail(
+                    "modprobe %s failed (rc %d): %s (check `dkms status`, `dmesg | grep -i nvidia` and "
+                    "Secure Boot module signing)" % (name, rc, (err or out).strip())
+                )

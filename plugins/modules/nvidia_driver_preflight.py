@@ -194,46 +194,6 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import nvidia_driv
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 
-def pci_gpus(fs):
-    found = []
-    for dev in fs.glob("/sys/bus/pci/devices/*"):
-        g = nd.gpu_from_pci(
-            os.path.basename(dev), fs.read(dev + "/vendor"), fs.read(dev + "/device"), fs.read(dev + "/class")
-        )
-        if g:
-            found.append(g)
-    return found
-
-
-def run(module, argv):
-    """stdout+stderr of a read-only command, or None when it is not installed."""
-    binary = module.get_bin_path(argv[0])
-    if not binary:
-        return None
-    rc, out, err = module.run_command([binary] + argv[1:], environ_update={"LC_ALL": "C", "LANG": "C"})
-    return (out or "") + (err or "")
-
-
-def secure_boot(module, fs, local, dkms_key, kernel):
-    mok_state = run(module, ["mokutil", "--sb-state"]) if local else None
-    enabled = nd.secure_boot_state(nd.read_efivar(fs), mok_state)
-    info = {"enabled": enabled, "key_enrolled": None, "signer": None}
-    if enabled and local:
-        if os.path.exists(dkms_key):
-            out = run(module, ["mokutil", "--test-key", dkms_key])
-            if out is not None:
-                info["key_enrolled"] = "already enrolled" in out
-        if kernel:
-            signer = run(module, ["modinfo", "-k", kernel, "-F", "signer", "nvidia"])
-            if signer is not None and "not found" not in signer:
-                info["signer"] = signer.strip()
-        enrolled = run(module, ["mokutil", "--list-enrolled"]) if info["signer"] else None
-    else:
-        enrolled = None
-    info["ok"], info["message"] = nd.secure_boot_verdict(enabled, info["key_enrolled"], info["signer"], enrolled)
-    return info
-
-
 def main():
     argument_spec = dict(gpu.ARGUMENT_SPEC)
     argument_spec.update(
@@ -260,81 +220,7 @@ def main():
     if not os.path.isdir(p["root"]):
         module.fail_json(msg="root: not a directory: %s" % p["root"])
     fs = HostFS(p["root"])
-    local = fs.root == "/"
-
-    facts = gpu.read(module, fs)
-    if facts["gpus"]:
-        gpus, source = [nd.gpu_from_nvml(g) for g in facts["gpus"]], "nvml"
-    else:
-        gpus = pci_gpus(fs)
-        source = "pci" if gpus else "none"
-    installed_branch = nd.branch_of(p["installed_version"])
-    flavour = nd.choose_flavour(gpus, p["branch"], p["open"], p["installed_open"], installed_branch)
-    # NVSwitches: NVIDIA bridges of class 0x0680 (HGX A100/H100) and, where the PCI reader lists them, the
-    # NVSwitch management bridges through which fabric manager reaches fifth-generation NVLink switches (HGX B200).
-    bus = facts.get("pci") or {}
-    switches = None
-    if bus.get("available"):
-        switches = list(bus.get("nvswitches") or []) + list(bus.get("nvswitch_bridges") or [])
-    fabric = nd.fabric_decision(p["fabricmanager"], switches, p["installed_packages"])
-
-    modules = nd.loaded_modules(fs)
-    kmod = facts["driver"].get("kernel_module_version")
-    if kmod:
-        loaded = {"version": kmod, "source": "kernel", "modules": modules or ["nvidia"]}
-    elif facts["nvml"].get("available") and facts["driver"].get("version"):
-        # NVML answers only while a module is loaded, and reports that module's version.
-        loaded = {
-            "version": facts["driver"]["version"],
-            "source": facts["nvml"]["source"],
-            "modules": modules or ["nvidia"],
-        }
-    else:
-        loaded = {"version": "", "source": None, "modules": modules}
-
-    processes = None
-    if facts["nvml"].get("available"):
-        processes = []
-        for g in facts["gpus"]:
-            for proc in g.get("processes") or []:
-                processes.append({"gpu": g.get("index"), "pid": proc.get("pid")})
-    holders = nd.device_holders(fs)
-    busy = nd.in_use(processes, holders) + nd.module_users(nd.module_refcounts(fs))
-    sb = secure_boot(module, fs, local, p["dkms_key"], p["kernel"])
-
-    plan = None
-    if p["target_version"] or p["change"] is not None or p["fabric_missing"]:
-        plan = nd.plan_change(
-            p["installed_version"],
-            p["target_version"],
-            loaded["version"],
-            busy,
-            p["reboot_ok"],
-            p["reload_ok"],
-            (sb["ok"], sb["message"]),
-            flavour["conflict"],
-            p["change"],
-            p["fabric_missing"],
-        )
-        if processes is None and loaded["version"] and plan["action"] == "reload":
-            plan["message"] += " (NVML could not list compute processes: %s; judged by /dev/nvidia* holders)" % (
-                facts["nvml"].get("error") or "unavailable"
-            )
-
-    module.exit_json(
-        changed=False,
-        gpus=gpus,
-        gpu_source=source,
-        flavour=flavour,
-        loaded=loaded,
-        busy=busy,
-        processes=processes,
-        holders=holders,
-        secure_boot=sb,
-        fabric=fabric,
-        plan=plan,
-        nvml=facts["nvml"],
-    )
+    module.exit_json(changed=False, **nd.preflight(module, fs, gpu.read(module, fs)))
 
 
 if __name__ == "__main__":

@@ -82,20 +82,6 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import nvidia_driv
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 
-def loaded_version(module, fs):
-    """(version, nvml facts): the kernel's word first, else the driver version NVML reports (only while loaded)."""
-    facts = gpu.read(module, fs)
-    version = facts["driver"].get("kernel_module_version")
-    if not version and facts["nvml"].get("available"):
-        version = facts["driver"].get("version")
-    return version or "", facts
-
-
-def tool(module, name):
-    # PATH first, then the sbin directories get_bin_path adds.
-    return module.get_bin_path(name, required=True)
-
-
 def main():
     argument_spec = dict(gpu.ARGUMENT_SPEC)
     argument_spec.update(
@@ -111,75 +97,12 @@ def main():
     want = nd.upstream(module.params["version"])
     if not want or nd.branch_of(want) is None:
         module.fail_json(msg="version: a driver version such as 550.90.07 (got %r)" % module.params["version"])
-    fs = HostFS("/")
-    before, facts = loaded_version(module, fs)
-    result = {"changed": False, "before": before, "after": before}
-    if before == want:
-        module.exit_json(**result)
-    result.update(
-        changed=True,
-        after=want,
-        diff={"before": "nvidia module %s\n" % (before or "not loaded"), "after": "nvidia module %s\n" % want},
-    )
-    modules = nd.loaded_modules(fs) or (["nvidia"] if before else [])
-    result["modules"] = modules
-    if module.check_mode:
-        result["services"] = []
-        module.exit_json(**result)
-
-    processes = None
-    if facts["nvml"].get("available"):
-        processes = [
-            {"gpu": g.get("index"), "pid": p.get("pid")} for g in facts["gpus"] for p in g.get("processes") or []
-        ]
-    busy = nd.in_use(processes, nd.device_holders(fs)) + nd.module_users(nd.module_refcounts(fs))
-    if busy:
-        module.fail_json(
-            msg="refusing to unload the nvidia modules: the GPUs are in use: %s" % "; ".join(busy), **result
-        )
-
-    systemctl = module.get_bin_path("systemctl")
-    stopped = []
-    if systemctl:
-        for unit in module.params["services"]:
-            rc, out, err = module.run_command([systemctl, "is-active", unit])
-            if out.strip() == "active":
-                rc, out, err = module.run_command([systemctl, "stop", unit])
-                if rc != 0:
-                    module.fail_json(msg="cannot stop %s: %s" % (unit, (err or out).strip()), **result)
-                stopped.append(unit)
-    result["services"] = stopped
-
-    def restart_services():
-        for unit in stopped:
-            module.run_command([systemctl, "start", unit])
-
-    modprobe = tool(module, "modprobe")
-    if modules:
-        rc, out, err = module.run_command([modprobe, "-r"] + modules)
-        if rc != 0:
-            restart_services()
-            module.fail_json(
-                msg="modprobe -r %s failed (rc %d): %s; the old module %s stays loaded"
-                % (" ".join(modules), rc, (err or out).strip(), before),
-                **result,
-            )
-    for name in reversed(modules or ["nvidia"]):
-        rc, out, err = module.run_command([modprobe, name])
-        if rc != 0:
-            restart_services()
-            module.fail_json(
-                msg="modprobe %s failed (rc %d): %s (check `dkms status`, `dmesg | grep -i nvidia` and "
-                "Secure Boot module signing)" % (name, rc, (err or out).strip()),
-                **result,
-            )
-    restart_services()
-    after, facts = loaded_version(module, fs)
-    result["after"] = after
-    if after != want:
-        module.fail_json(
-            msg="after the reload the loaded nvidia module is %s, not %s" % (after or "none", want), **result
-        )
+    driver = nd.DriverReload(module, HostFS("/"), want, lambda fs: gpu.read(module, fs))
+    result = driver.plan()
+    if result["changed"] and module.check_mode:
+        result["services"] = []  # the services stopped are those active at the time: not known in check mode
+    elif result["changed"]:
+        driver.apply()
     module.exit_json(**result)
 
 
