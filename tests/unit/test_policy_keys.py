@@ -48,7 +48,7 @@ def test_a_rule_reads_only_the_policy_keys_it_declares(rule_id):
         facts = healthy()
         if mutate:
             mutate(facts)
-        pol = policy.validate(test_rules._case_policy(rule_id) or {}, known_rules=rules.BY_ID)
+        pol = policy.validate(test_rules.case_policy(rule_id) or {}, known_rules=rules.BY_ID)
         rules.BY_ID[rule_id].check(facts, Recording(pol, (), seen))
     undeclared = sorted(seen - set(rules.BY_ID[rule_id].policy_keys))
     assert not undeclared, f"{rule_id} reads {undeclared} without listing them in policy_keys"

@@ -287,7 +287,8 @@ def _evaluate(facts, overrides=None):
     return {f["rule"]: f for f in rules.evaluate(facts, policy)}
 
 
-def _case_policy(rule_id):
+def case_policy(rule_id):
+    """The policy a rule's cases run under, or None (test_policy_keys reads it too)."""
     return CASES[rule_id][2] if len(CASES[rule_id]) > 2 else None
 
 
@@ -307,7 +308,7 @@ def test_rule_passes(rule_id):
     mutate = CASES[rule_id][0]
     if mutate:
         mutate(facts)
-    finding = _evaluate(facts, _case_policy(rule_id))[rule_id]
+    finding = _evaluate(facts, case_policy(rule_id))[rule_id]
     assert finding["status"] == "pass", finding
 
 
@@ -315,7 +316,7 @@ def test_rule_passes(rule_id):
 def test_rule_fails(rule_id):
     facts = healthy()
     CASES[rule_id][1](facts)
-    findings = _evaluate(facts, _case_policy(rule_id))
+    findings = _evaluate(facts, case_policy(rule_id))
     finding = findings[rule_id]
     assert finding["status"] == "fail", finding
     assert finding["message"] and finding["expected"] is not None
