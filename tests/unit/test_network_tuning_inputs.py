@@ -8,9 +8,8 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.tuning.plugins.filter.nic_targets import nic_targets
 from ansible_collections.gpufleet.tuning.plugins.filter.tcp_buffer_bytes import tcp_buffer_bytes
-from ansible_collections.gpufleet.tuning.plugins.module_utils import links, rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils import links, route_congctl, rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, validate
-from ansible_collections.gpufleet.tuning.plugins.modules import route_congctl
 
 POLICY = {
     "site": "sg",
