@@ -14,7 +14,7 @@ from typing import Any
 
 from gpufleet import exits, preflight
 from gpufleet.commands import options
-from gpufleet.runner import action_of, run_playbook
+from gpufleet.runner import TASK_RESULT_EVENTS, action_of, run_playbook
 from gpufleet.text import clean
 
 PLAYBOOK = "audit.yml"
@@ -71,11 +71,7 @@ class Progress:
 
     def __call__(self, event: dict[str, Any]) -> None:
         data = event.get("event_data") or {}
-        if action_of(data) != AUDIT_ACTION or event.get("event") not in (
-            "runner_on_ok",
-            "runner_on_failed",
-            "runner_on_unreachable",
-        ):
+        if action_of(data) != AUDIT_ACTION or event.get("event") not in TASK_RESULT_EVENTS:
             return
         self.done += 1
         res = data.get("res") or {}
