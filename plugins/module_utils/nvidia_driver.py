@@ -698,9 +698,10 @@ class DriverReload:
         busy = busy_reasons(self.fs, compute_processes(self.facts))
         if busy:
             self.fail("refusing to unload the nvidia modules: the GPUs are in use: %s" % "; ".join(busy))
-        self.stop_services()
-        # PATH first, then the sbin directories get_bin_path adds.
+        # PATH first, then the sbin directories get_bin_path adds. Looked up before anything is stopped: a host
+        # without modprobe fails here with its services still running.
         modprobe = self.module.get_bin_path("modprobe", required=True)
+        self.stop_services()
         self.unload(modprobe)
         self.load(modprobe)
         self.start_services()
