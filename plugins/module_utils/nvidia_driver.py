@@ -40,7 +40,6 @@ OPEN_FIRST_BRANCH = 515
 # Architectures (decoders.ARCHITECTURES names, plus grace_hopper) and the flavour they need.
 NEEDS_PROPRIETARY = frozenset(("kepler", "maxwell", "pascal", "volta"))
 NEEDS_OPEN = frozenset(("blackwell", "rubin", "grace_hopper"))
-BOTH = frozenset(("turing", "ampere", "ada", "hopper"))
 
 # NVIDIA PCI device ids (vendor 0x10de) by range, from the PCI ID repository's chip families (GK, GM, GP, GV, TU,
 # GA, GH, AD, GB). Approximate by design: it only has to tell the flavour, so a range is given to the family whose

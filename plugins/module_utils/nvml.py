@@ -213,7 +213,7 @@ class _Gpu:
         return reason == "FunctionNotFound" or reason.startswith(LACKS)
 
 
-def _text(value):
+def as_text(value):
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return value
@@ -247,18 +247,12 @@ def _nvml_bus_id(bus_id):
     return "%s%s%s" % (domain.rjust(8, "0"), sep, rest) if sep else bus_id
 
 
-def _sysfs_bus_id(pci_bus_id):
+def sysfs_bus_id(pci_bus_id):
     """NVML "00000000:18:00.0" -> sysfs "0000:18:00.0" (lower case, 4-digit domain)."""
     if not pci_bus_id:
         return None
     domain, _sep, rest = pci_bus_id.lower().partition(":")
     return "%s:%s" % (domain[-4:].rjust(4, "0"), rest)
-
-
-def read_gpu(nv, handle, index, fs):
-    """One GPU's facts, with a single read of the error counters (no increase); collect() samples twice."""
-    g = _read_gpu(nv, handle, index, fs)
-    return _finish(g)
 
 
 def _read_gpu(nv, handle, index, fs):
@@ -284,7 +278,7 @@ def _read_gpu(nv, handle, index, fs):
     d["nvlink"] = _nvlink(g, nv)
     d["fabric"] = _fabric(g, nv)
     d["recovery_action"] = _recovery_action(g, nv)
-    d["vbios_version"] = _text(g.call("vbios_version", "nvmlDeviceGetVbiosVersion"))
+    d["vbios_version"] = as_text(g.call("vbios_version", "nvmlDeviceGetVbiosVersion"))
     g.first = _counters(g, nv)
     g.first_at = time.monotonic()
     words = g.call("cpu_affinity", "nvmlDeviceGetCpuAffinity", CPU_SET_WORDS)
@@ -297,10 +291,10 @@ def _read_gpu(nv, handle, index, fs):
 def _identity(g):
     """name, uuid, PCI bus and device id, architecture."""
     d = g.data
-    d["name"] = _text(g.call("name", "nvmlDeviceGetName"))
-    d["uuid"] = _text(g.call("uuid", "nvmlDeviceGetUUID"))
+    d["name"] = as_text(g.call("name", "nvmlDeviceGetName"))
+    d["uuid"] = as_text(g.call("uuid", "nvmlDeviceGetUUID"))
     pci = g.call("pci_bus_id", "nvmlDeviceGetPciInfo")
-    d["pci_bus_id"] = _nvml_bus_id(_text(pci.busId)) if pci is not None else None
+    d["pci_bus_id"] = _nvml_bus_id(as_text(pci.busId)) if pci is not None else None
     d["pci_device_id"] = ("0x%08X" % pci.pciDeviceId) if pci is not None else None
     d["architecture"] = decoders.architecture_name(g.call("architecture", "nvmlDeviceGetArchitecture"))
 
@@ -675,7 +669,7 @@ def _nvlink_remote(g, nv, links):
             continue
         except _mismatch_error(nv):
             return None
-        bus = _sysfs_bus_id(_text(info.busId))
+        bus = sysfs_bus_id(as_text(info.busId))
         if bus:
             out[str(link)] = bus
     return out or None
@@ -686,7 +680,7 @@ def _numa_node(g, nv, fs, pci_bus_id):
     node = g.call("numa_node", "nvmlDeviceGetNumaNodeId")
     if node is not None:
         return int(node)
-    bus = _sysfs_bus_id(pci_bus_id)
+    bus = sysfs_bus_id(pci_bus_id)
     text = fs.read("/sys/bus/pci/devices/%s/numa_node" % bus) if bus else None
     if text is not None and text.strip().lstrip("-").isdigit():
         value = int(text.strip())
@@ -707,7 +701,7 @@ def read_driver(nv, fs):
             unsupported[field] = binding_lacks(function)
             return None
         try:
-            return _text(fn())
+            return as_text(fn())
         except nv.NVMLError as exc:
             unsupported[field] = error_name(exc)
         except _mismatch_error(nv):

@@ -292,7 +292,7 @@ def _collect(nv, sys_fs, proc_fs, sample_seconds, reads, sleep, clock, hz):
         gpus.append(gpu)
         try:
             gpu["handle"] = nv.nvmlDeviceGetHandleByIndex(index)
-            bus = nvml._sysfs_bus_id(nvml._text(nv.nvmlDeviceGetPciInfo(gpu["handle"]).busId))
+            bus = nvml.sysfs_bus_id(nvml.as_text(nv.nvmlDeviceGetPciInfo(gpu["handle"]).busId))
         except nv.NVMLError as exc:
             gpu["lost"] = True
             gpu["error"] = nvml.error_name(exc)

@@ -11,11 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 OURS = ("gpufleet", "ansible_collections.gpufleet")
 
 # Private names still reached into, each with who removes the entry (and why it is not done yet). Empty is the goal.
-ALLOWED = {
-    # plugins/module_utils/nvml.py is being split (issue 27 point 2, part B): its owner makes these two public.
-    ("plugins/module_utils/probe.py", "nvml._sysfs_bus_id"),
-    ("plugins/module_utils/probe.py", "nvml._text"),
-}
+ALLOWED: set[tuple[str, str]] = set()
 
 
 def _private(name: str) -> bool:
