@@ -181,3 +181,21 @@ def log_unreadable(log):
 
 def driver_facts(facts):
     return (facts.get("gpu") or {}).get("driver") or {}
+
+
+def mode_pending(facts, field, applied_by):
+    """A mode (ECC, MIG) whose pending value differs from the current one: the change waits for ``applied_by``."""
+
+    def bad(g):
+        cur, pend = get_in(g, field, "current"), get_in(g, field, "pending")
+        return None if cur is None or pend is None else cur != pend
+
+    name = field.upper()
+    return per_gpu_check(
+        facts,
+        bad,
+        lambda g: {"current": get_in(g, field, "current"), "pending": get_in(g, field, "pending")},
+        "pending == current",
+        "no %s mode change is waiting for a %s" % (name, applied_by.split(" or ")[0]),
+        "%s mode change pending a %s" % (name, applied_by),
+    )

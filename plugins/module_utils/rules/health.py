@@ -7,7 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils import nvlink_platform
+from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders, nvlink_platform
 from ansible_collections.gpufleet.tuning.plugins.module_utils import pci as pci_bus
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import SEVERITIES
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
@@ -16,6 +16,7 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import 
     get_in,
     host_fact,
     log_unreadable,
+    mode_pending,
     per_gpu_check,
     readable_gpus,
     result,
@@ -760,6 +761,70 @@ def check_vbios(facts, pol):
     return result("pass", observed, expected, "one VBIOS version per GPU model")
 
 
+def check_pcie_link(facts, pol):
+    gpus = readable_gpus(facts)
+    if gpus is None:
+        return skip("no NVIDIA GPUs could be read")
+    busy_pct = pol["power"]["busy_util_pct"]
+    items, idle_down, observed = [], [], {}
+    for g in gpus:
+        p = g.get("pcie") or {}
+        down = decoders.pcie_downtrained(
+            p.get("gen_current"), p.get("width_current"), p.get("gen_max"), p.get("width_max")
+        )
+        if down is None:
+            continue
+        util = get_in(g, "utilization", "gpu_pct")
+        observed[str(g["index"])] = {
+            "link": decoders.pcie_link(p["gen_current"], p["width_current"]),
+            "max": decoders.pcie_link(p["gen_max"], p["width_max"]),
+            "utilization_pct": util,
+        }
+        if not down:
+            continue
+        if util is None or util < busy_pct:
+            idle_down.append(g["index"])
+            continue
+        items.append(
+            {
+                "gpu": g["index"],
+                "link": observed[str(g["index"])]["link"],
+                "max": observed[str(g["index"])]["max"],
+                "utilization_pct": util,
+            }
+        )
+    if not observed:
+        return skip("the GPUs do not report their PCIe link")
+    expected = "maximum generation and width while busy (>= %d%% utilization)" % busy_pct
+    if items:
+        return result(
+            "fail",
+            observed,
+            expected,
+            "busy GPU(s) %s run below their PCIe maximum" % [i["gpu"] for i in items],
+            items=items,
+        )
+    note = " (idle GPU(s) %s trained down, which is normal)" % idle_down if idle_down else ""
+    return result("pass", observed, expected, "busy GPUs run at full PCIe link" + note)
+
+
+def check_ecc_mode(facts, pol):
+    if not pol["power"]["ecc"]:
+        return skip("policy does not require ECC")
+    return per_gpu_check(
+        facts,
+        lambda g: None if get_in(g, "ecc", "current") is None else not g["ecc"]["current"],
+        lambda g: get_in(g, "ecc", "current"),
+        True,
+        "ECC is on",
+        "ECC off",
+    )
+
+
+def check_ecc_pending(facts, pol):
+    return mode_pending(facts, "ecc", "reboot or GPU reset")
+
+
 RULES = (
     Rule(
         "GPU-HLT-001",
@@ -881,6 +946,40 @@ RULES = (
         "its log; reset the GPUs and NVSwitches if registration failed.",
         references=(sources.FABRIC_MANAGER, sources.NVML_QUERIES, sources.DCGM_HEALTH_WATCH),
         policy_keys=("health.fabric_boot_grace_s",),
+    ),
+    Rule(
+        "GPU-PCI-001",
+        "health",
+        "medium",
+        "PCIe link below maximum while busy",
+        "A busy GPU on a degraded PCIe link (lower generation or width) moves data at a fraction of the speed; "
+        "idle GPUs lower their link speed on purpose and are not flagged.",
+        check_pcie_link,
+        manual="Reseat the GPU or riser, check the slot and BIOS PCIe settings.",
+        policy_keys=("power.busy_util_pct",),
+        references=(sources.NVML_QUERIES, sources.NVIDIA_SMI),
+    ),
+    Rule(
+        "GPU-ECC-001",
+        "health",
+        "medium",
+        "ECC off",
+        "Without ECC, memory bit flips silently corrupt results and can crash long jobs.",
+        check_ecc_mode,
+        role="gpu_runtime",
+        policy_keys=("power.ecc",),
+        references=(sources.NVML_QUERIES, sources.GPU_MEMORY_ERRORS),
+    ),
+    Rule(
+        "GPU-ECC-002",
+        "health",
+        "low",
+        "ECC mode change pending a reboot",
+        "An ECC mode change only takes effect after a reboot or GPU reset; until then the GPU runs with the old "
+        "setting.",
+        check_ecc_pending,
+        role="gpu_runtime",
+        references=(sources.NVML_QUERIES, sources.NVML_COMMANDS),
     ),
     Rule(
         "GPU-ECC-003",

@@ -414,11 +414,12 @@ RULES = (
         "NET-TCP-001",
         "network",
         "high",
-        "TCP buffers below 4x the bandwidth-delay product",
+        "TCP buffers below network.buffer_factor x the bandwidth-delay product",
         "A TCP flow can carry at most one window per round trip; on 150-250 ms links default buffers cap a "
         "stream at a few tens of Mbit/s whatever the link speed. The kernel advertises only about half of "
         "tcp_rmem as window and, under loss, out-of-order data holds part of it, so the buffer needs about "
-        "4 bandwidth-delay products (2x: 350 Mbit/s, 4x: 545 Mbit/s on 180 ms, 1 Gbit/s, 0.1 % loss).",
+        "4 bandwidth-delay products, network.buffer_factor's default (2x: 350 Mbit/s, 4x: 545 Mbit/s on 180 ms, "
+        "1 Gbit/s, 0.1 % loss).",
         check_tcp_buffers,
         role="network_tuning",
         policy_keys=(

@@ -7,11 +7,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
     Rule,
     get_in,
+    mode_pending,
     per_gpu_check,
     readable_gpus,
     result,
@@ -188,90 +188,8 @@ def check_temperature(facts, pol):
     )
 
 
-def check_pcie_link(facts, pol):
-    gpus = readable_gpus(facts)
-    if gpus is None:
-        return skip("no NVIDIA GPUs could be read")
-    busy_pct = pol["power"]["busy_util_pct"]
-    items, idle_down, observed = [], [], {}
-    for g in gpus:
-        p = g.get("pcie") or {}
-        down = decoders.pcie_downtrained(
-            p.get("gen_current"), p.get("width_current"), p.get("gen_max"), p.get("width_max")
-        )
-        if down is None:
-            continue
-        util = get_in(g, "utilization", "gpu_pct")
-        observed[str(g["index"])] = {
-            "link": decoders.pcie_link(p["gen_current"], p["width_current"]),
-            "max": decoders.pcie_link(p["gen_max"], p["width_max"]),
-            "utilization_pct": util,
-        }
-        if not down:
-            continue
-        if util is None or util < busy_pct:
-            idle_down.append(g["index"])
-            continue
-        items.append(
-            {
-                "gpu": g["index"],
-                "link": observed[str(g["index"])]["link"],
-                "max": observed[str(g["index"])]["max"],
-                "utilization_pct": util,
-            }
-        )
-    if not observed:
-        return skip("the GPUs do not report their PCIe link")
-    expected = "maximum generation and width while busy (>= %d%% utilization)" % busy_pct
-    if items:
-        return result(
-            "fail",
-            observed,
-            expected,
-            "busy GPU(s) %s run below their PCIe maximum" % [i["gpu"] for i in items],
-            items=items,
-        )
-    note = " (idle GPU(s) %s trained down, which is normal)" % idle_down if idle_down else ""
-    return result("pass", observed, expected, "busy GPUs run at full PCIe link" + note)
-
-
-def check_ecc_mode(facts, pol):
-    if not pol["power"]["ecc"]:
-        return skip("policy does not require ECC")
-    return per_gpu_check(
-        facts,
-        lambda g: None if get_in(g, "ecc", "current") is None else not g["ecc"]["current"],
-        lambda g: get_in(g, "ecc", "current"),
-        True,
-        "ECC is on",
-        "ECC off",
-    )
-
-
-def _mode_pending(facts, field, applied_by):
-    """A mode (ECC, MIG) whose pending value differs from the current one: the change waits for ``applied_by``."""
-
-    def bad(g):
-        cur, pend = get_in(g, field, "current"), get_in(g, field, "pending")
-        return None if cur is None or pend is None else cur != pend
-
-    name = field.upper()
-    return per_gpu_check(
-        facts,
-        bad,
-        lambda g: {"current": get_in(g, field, "current"), "pending": get_in(g, field, "pending")},
-        "pending == current",
-        "no %s mode change is waiting for a %s" % (name, applied_by.split(" or ")[0]),
-        "%s mode change pending a %s" % (name, applied_by),
-    )
-
-
-def check_ecc_pending(facts, pol):
-    return _mode_pending(facts, "ecc", "reboot or GPU reset")
-
-
 def check_mig_pending(facts, pol):
-    return _mode_pending(facts, "mig", "GPU reset")
+    return mode_pending(facts, "mig", "GPU reset")
 
 
 RULES = (
@@ -322,40 +240,6 @@ RULES = (
         manual="Check fans, airflow, blanking panels and inlet temperature.",
         policy_keys=("power.temp_margin_c",),
         references=(sources.NVML_QUERIES,),
-    ),
-    Rule(
-        "GPU-PCI-001",
-        "power",
-        "medium",
-        "PCIe link below maximum while busy",
-        "A busy GPU on a degraded PCIe link (lower generation or width) moves data at a fraction of the speed; "
-        "idle GPUs lower their link speed on purpose and are not flagged.",
-        check_pcie_link,
-        manual="Reseat the GPU or riser, check the slot and BIOS PCIe settings.",
-        policy_keys=("power.busy_util_pct",),
-        references=(sources.NVML_QUERIES, sources.NVIDIA_SMI),
-    ),
-    Rule(
-        "GPU-ECC-001",
-        "power",
-        "medium",
-        "ECC off",
-        "Without ECC, memory bit flips silently corrupt results and can crash long jobs.",
-        check_ecc_mode,
-        role="gpu_runtime",
-        policy_keys=("power.ecc",),
-        references=(sources.NVML_QUERIES, sources.GPU_MEMORY_ERRORS),
-    ),
-    Rule(
-        "GPU-ECC-002",
-        "power",
-        "low",
-        "ECC mode change pending a reboot",
-        "An ECC mode change only takes effect after a reboot or GPU reset; until then the GPU runs with the old "
-        "setting.",
-        check_ecc_pending,
-        role="gpu_runtime",
-        references=(sources.NVML_QUERIES, sources.NVML_COMMANDS),
     ),
     Rule(
         "GPU-MIG-001",

@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 """,
     )
     options.fleet(parser, inventory_required=True)
-    parser.add_argument("--tags", help="areas (memory,cpu,network,power,gpu,host) or rule ids (GPU-PWR-001,...)")
+    parser.add_argument("--tags", help="areas (memory,cpu,network,power,health,gpu,host) or rule ids (GPU-PWR-001,...)")
     options.check(parser, "what would change")
     parser.add_argument(
         "--diff", action="store_true", help="show the changes (with --check: the changes it would make)"
