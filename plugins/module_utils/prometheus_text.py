@@ -3,19 +3,17 @@
 # Apache License 2.0 (see LICENSE)
 """The Prometheus text exposition format (0.0.4) and gpufleet's finding series, in one home.
 
-The on-host checker (``watch/checker.py``) writes ``gpufleet_finding`` and ``gpufleet_host_findings`` with these
-functions; the controller's report (``plugin_utils/report/prometheus.py``, a package that imports only the standard
-library and itself) writes the same lines, held equal by tests/unit/test_watch_checker.py, so a dashboard or an alert
-reads the same names and labels whether a finding came from an audit or from the watch. Every family is a gauge
-(no name ends in ``_total``: https://prometheus.io/docs/practices/naming/); samples carry no timestamps (the
-node_exporter textfile collector rejects them).
+The on-host checker (``watch/checker.py``) and the controller's report (``plugin_utils/report/prometheus.py``,
+which imports this file relatively, as it does ``text.py``) write their series with these functions, so a dashboard
+or an alert reads the same names and labels whether a finding came from an audit or from the watch. Stdlib only, and
+it imports nothing of the collection (the report package loads wherever it is put): the severities counted are the
+caller's. Every family is a gauge (no name ends in ``_total``: https://prometheus.io/docs/practices/naming/);
+samples carry no timestamps (the node_exporter textfile collector rejects them).
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
-
-from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import SEVERITIES
 
 PREFIX = "gpufleet"
 FINDING_STATUSES = ("fail", "warn")  # a "finding" in counts and metrics
@@ -81,8 +79,9 @@ def finding_samples(host, findings):
     return [sample("finding", finding_labels(host, f), 1) for f in findings_of(findings)]
 
 
-def host_findings_samples(host, findings):
-    counts = dict((s, 0) for s in SEVERITIES)
+def host_findings_samples(host, findings, severities):
+    """One sample per severity of ``severities`` (each from 0): the host's findings proper of that severity."""
+    counts = dict((s, 0) for s in severities)
     for f in findings:
         if is_finding(f) and f.get("severity") in counts:
             counts[f["severity"]] += 1

@@ -244,7 +244,7 @@ def test_format_value():
 # ------------------------------------------------------------------------------------------------- imports
 
 
-OUTSIDE = ("module_utils.text", "module_utils.summary")  # what the package imports from plugins/
+OUTSIDE = ("module_utils.text", "module_utils.summary", "module_utils.prometheus_text")  # from plugins/
 
 
 def test_package_imports_only_stdlib_jinja2_and_relative():
@@ -284,6 +284,8 @@ def test_package_loads_under_another_name():
         assert writer.render_all(json.loads((REPORTS / "sample-v1.json").read_text()))["html"].startswith("<!DOCTYPE")
         terminal = importlib.import_module("elsewhere.plugin_utils.report.terminal")
         assert terminal.clean.__module__ == "elsewhere.module_utils.text"
+        prometheus = importlib.import_module("elsewhere.plugin_utils.report.prometheus")
+        assert prometheus.sample.__module__ == "elsewhere.module_utils.prometheus_text"
     finally:
         for name in [n for n in sys.modules if n == "elsewhere" or n.startswith("elsewhere.")]:
             del sys.modules[name]

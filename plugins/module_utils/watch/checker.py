@@ -349,7 +349,7 @@ def textfile(config, result, state, run):
         families.append(("host_up", "1: this host was checked (the watch runs on the host itself).",
                          [s("host_up", hl + [("status", "ok")], 1)]))
         families.append(("host_findings", prometheus_text.HOST_FINDINGS_HELP,
-                         prometheus_text.host_findings_samples(host, findings)))
+                         prometheus_text.host_findings_samples(host, findings, SEVERITIES)))
         families.append(("audit_timestamp_seconds", "Unix time the check finished.",
                          [s("audit_timestamp_seconds", [], run["finished"])]))
         families.append(("audit_complete", "1 if every rule was evaluated (no rule raised an error).",

@@ -7,8 +7,9 @@ Shared by the ``gpufleet.tuning`` action plugin and the ``gpufleet`` CLI. Every 
 relative, so it works as ``ansible_collections.gpufleet.tuning.plugins.plugin_utils.report`` and from any other
 place the collection's ``plugins`` tree is put on ``sys.path``. Python 3.10+, stdlib + jinja2 (only ``html``
 needs jinja2); the imports outside the package are ``module_utils/text.py``, the single cleaner of host strings
-that the hosts' watch uses as well, and ``module_utils/summary.py``, the one count of rule results that a host's own
-summary uses too (both stdlib only).
+that the hosts' watch uses as well, ``module_utils/summary.py``, the one count of rule results that a host's own
+summary uses too, and ``module_utils/prometheus_text.py``, the one Prometheus text writer that the watch uses too
+(all three stdlib only).
 
 - ``schema``: ``SCHEMA``, ``validate(report)``, ``summarize(hosts)``, the matrix cell logic
 - ``html``: ``render_html(report)`` (self-contained page)

@@ -21,9 +21,9 @@ timeout, interrupted) has no ``gpufleet_finding`` and no ``gpufleet_host_finding
 a down host as clean; ``gpufleet_host_up{status=...} 0`` says why. Every family is a gauge, so no name ends in
 ``_total`` (Prometheus naming: https://prometheus.io/docs/practices/naming/; ``promtool check metrics`` lints it).
 
-The on-host checker (role watch) writes the same finding series with ``module_utils/prometheus_text.py``. This
-package imports only the standard library, jinja2 and itself (it loads wherever it is put), so the two are held
-equal by tests/unit/test_watch_checker.py (the same lines for the same findings), not by a shared import.
+The text itself (escaping, labels, numbers, the finding and per-severity series, the families) is written by
+``module_utils/prometheus_text.py``, the one writer that the on-host checker (role watch) uses as well; it is stdlib
+only and imported relatively, so this package still loads wherever it is put.
 """
 
 from __future__ import annotations
@@ -31,32 +31,18 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from ...module_utils.prometheus_text import (
+    FINDING_HELP,
+    HOST_FINDINGS_HELP,
+    escape_label,
+    finding_labels,
+    host_findings_samples,
+    render,
+    sample,
+)
 from . import schema
 
-PREFIX = "gpufleet"
-
-
-def escape_label(value: Any) -> str:
-    """A label value escaped per the exposition format: backslash, double quote and line feed."""
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def _labels(**labels: Any) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{escape_label(v)}"' for k, v in labels.items()) + "}"
-
-
-def _number(value: float | int) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
-    return repr(float(value))
+__all__ = ["audit_timestamp", "catalog_areas", "escape_label", "render_prometheus"]
 
 
 def audit_timestamp(report: dict) -> float | None:
@@ -116,12 +102,11 @@ def render_prometheus(report: dict, now: datetime | None = None) -> str:
             if key in seen:  # one series per host and rule: a duplicate would make node_exporter drop the file
                 continue
             seen.add(key)
-            labels = _labels(host=name, rule=rule, severity=severity, area=areas[rule], status=f["status"])
-            findings.append(f"{PREFIX}_finding{labels} 1")
-    families.append(("finding", "A failing or warning gpufleet finding on a host (always 1 while it lasts).", findings))
+            findings.append(sample("finding", finding_labels(name, dict(f, area=areas[rule])), 1))
+    families.append(("finding", FINDING_HELP, findings))
 
     up = [
-        f"{PREFIX}_host_up{_labels(host=name, status=_status(h))} {1 if _audited(h) else 0}"
+        sample("host_up", [("host", name), ("status", _status(h))], 1 if _audited(h) else 0)
         for name, h in sorted(hosts.items())
     ]
     families.append(
@@ -134,26 +119,15 @@ def render_prometheus(report: dict, now: datetime | None = None) -> str:
 
     totals = []
     for name, host in audited.items():
-        counts = {s: 0 for s in schema.SEVERITIES}
-        for f in schema.host_findings(host):
-            if schema.is_finding(f) and f.get("severity") in counts:
-                counts[f["severity"]] += 1
-        totals.extend(f"{PREFIX}_host_findings{_labels(host=name, severity=s)} {n}" for s, n in counts.items())
-    families.append(
-        (
-            "host_findings",
-            "Failing and warning findings on an audited host, by severity "
-            "(no series for a host that was not audited: see gpufleet_host_up).",
-            totals,
-        )
-    )
+        totals.extend(host_findings_samples(name, schema.host_findings(host), schema.SEVERITIES))
+    families.append(("host_findings", HOST_FINDINGS_HELP, totals))
 
     families.append(
         (
             "unknown_findings",
             "Results of an audited host not exported as their own series: a failing or warning finding whose rule is "
             "not in the report's catalog or whose severity is unknown, or a result whose status is unknown.",
-            [f"{PREFIX}_unknown_findings{_labels(host=name)} {n}" for name, n in unknown.items()],
+            [sample("unknown_findings", [("host", name)], n) for name, n in unknown.items()],
         )
     )
 
@@ -164,21 +138,15 @@ def render_prometheus(report: dict, now: datetime | None = None) -> str:
         (
             "audit_timestamp_seconds",
             "Unix time the audit finished.",
-            [f"{PREFIX}_audit_timestamp_seconds {_number(float(ts))}"],
+            [sample("audit_timestamp_seconds", [], float(ts))],
         )
     )
     families.append(
         (
             "audit_complete",
             "1 if the audit run completed, 0 if it was interrupted or partial.",
-            [f"{PREFIX}_audit_complete {1 if run.get('complete') is True else 0}"],
+            [sample("audit_complete", [], 1 if run.get("complete") is True else 0)],
         )
     )
 
-    lines: list[str] = []
-    for name, help_text, samples in families:
-        metric = f"{PREFIX}_{name}"
-        lines.append(f"# HELP {metric} {_escape_help(help_text)}")
-        lines.append(f"# TYPE {metric} gauge")
-        lines.extend(samples)
-    return "\n".join(lines) + "\n"
+    return render(families)
