@@ -22,11 +22,11 @@ it then spends).
     .venv/bin/python bench/controller_cost.py --phases --strategies gpufleet.tuning.linear \
         --contenders ping,audit+report
 
---phases splits the controller's CPU further: the main process's own (getrusage at its exit) against the forked
-workers' (the rest), and, per task, the mean CPU of one worker in its phases (templating the task, compiling Jinja
-templates, building the module, running commands, parsing the result). It runs each play under a measuring
-subclass of the strategy (a temporary strategy plugin that wraps ansible-core functions with process-time
-counters, so its figures carry that small overhead); the plain runs do not.
+--phases splits the controller's CPU further: the main process's own (getrusage at its exit) against the forks'
+(the rest: ansible-core's fork processes), and, per task, the mean CPU of one fork in its phases (templating the
+task, compiling Jinja templates, building the module, running commands, parsing the result). It runs each play
+under a measuring subclass of the strategy (a temporary strategy plugin that wraps ansible-core functions with
+process-time counters, so its figures carry that small overhead); the plain runs do not.
 
 Results: bench/results/controller_cost-<date>.json. Everything is written under build/bench/ (git-ignored).
 """
@@ -76,8 +76,8 @@ main()
 
 
 # --phases: a strategy plugin subclassing the strategy under test. In the main process it records its own CPU at exit;
-# in every forked worker it adds process-time counters around ansible-core's phases of running a task and appends
-# one JSON line per worker to $GPUFLEET_PHASES. Measurement only: ansible-core internals, wrapped where they exist.
+# in every fork it adds process-time counters around ansible-core's phases of running a task and appends
+# one JSON line per fork to $GPUFLEET_PHASES. Measurement only: ansible-core internals, wrapped where they exist.
 PHASES_STRATEGY = """\
 import atexit, functools, json, os, resource, time
 from {base} import StrategyModule as _Base
@@ -126,9 +126,9 @@ for _args in (
 ):
     _wrap(*_args)
 
-from ansible.executor.process import worker as _worker  # noqa: E402
+from ansible.executor.process import worker as _fork  # noqa: E402
 
-_run = _worker.WorkerProcess._run
+_run = _fork.WorkerProcess._run
 
 
 def _measured_run(self):
@@ -137,13 +137,13 @@ def _measured_run(self):
     try:
         return _run(self)
     finally:
-        _ACC["worker"] = time.process_time() - start
+        _ACC["fork"] = time.process_time() - start
         _ACC["task"] = self._task.get_name()
         with open(os.environ["GPUFLEET_PHASES"], "a") as f:
             f.write(json.dumps(_ACC) + "\\n")
 
 
-_worker.WorkerProcess._run = _measured_run
+_fork.WorkerProcess._run = _measured_run
 
 
 class StrategyModule(_Base):
@@ -164,7 +164,7 @@ def _phases_env(strategy: str, run_tmp: Path) -> dict[str, str]:
 
 
 def _phases(run_tmp: Path, controller_cpu: float) -> dict[str, Any]:
-    """Main vs workers, and each task's mean worker phases in ms (--phases)."""
+    """Main process vs forks (ansible-core's fork processes), each task's mean phases in one fork in ms (--phases)."""
     path = run_tmp / "phases.jsonl"
     main = json.loads((run_tmp / "phases.jsonl.main").read_text()) if (run_tmp / "phases.jsonl.main").exists() else {}
     rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -174,7 +174,7 @@ def _phases(run_tmp: Path, controller_cpu: float) -> dict[str, Any]:
     per_task = {}
     for task, items in tasks.items():
         keys = sorted({k for item in items for k in item})
-        per_task[task] = {"workers": len(items)} | {
+        per_task[task] = {"forks": len(items)} | {
             k: round(sum(i.get(k, 0) for i in items) / len(items) * (1 if k.endswith("_calls") else 1000), 2)
             for k in keys
         }
@@ -182,7 +182,7 @@ def _phases(run_tmp: Path, controller_cpu: float) -> dict[str, Any]:
     if "main_cpu_s" in main:
         out["main_cpu_s"] = round(main["main_cpu_s"], 2)
         out["main_max_rss_mib"] = round(main["main_max_rss_kib"] / 1024, 1)
-        out["workers_cpu_s"] = round(controller_cpu - main["main_cpu_s"], 2)
+        out["forks_cpu_s"] = round(controller_cpu - main["main_cpu_s"], 2)
     return out
 
 
@@ -272,11 +272,11 @@ def _print_phases(phases: dict[str, Any], n: int) -> None:
     if "main_cpu_s" in phases:
         print(
             f"    main process {1000 * phases['main_cpu_s'] / n:.1f} ms/host"
-            f" (max RSS {phases['main_max_rss_mib']} MiB), workers {1000 * phases['workers_cpu_s'] / n:.1f} ms/host"
+            f" (max RSS {phases['main_max_rss_mib']} MiB), forks {1000 * phases['forks_cpu_s'] / n:.1f} ms/host"
         )
     for task, p in phases["tasks"].items():
-        parts = ", ".join(f"{k} {v}" for k, v in p.items() if k != "workers")
-        print(f"    {task[:60]:<60} {p['workers']:>5} workers, ms each: {parts}")
+        parts = ", ".join(f"{k} {v}" for k, v in p.items() if k != "forks")
+        print(f"    {task[:60]:<60} {p['forks']:>5} forks, ms each: {parts}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--forks", type=int, default=25)
     ap.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated (default: %(default)s)")
     ap.add_argument("--contenders", default=",".join(CONTENDERS), help="comma-separated (default: %(default)s)")
-    ap.add_argument("--phases", action="store_true", help="main process vs workers, and the workers' phases")
+    ap.add_argument("--phases", action="store_true", help="main process vs forks, and the forks' phases")
     ap.add_argument("--work", default=str(scale.REPO / "build" / "bench"))
     ap.add_argument("--out", help="results JSON (default: bench/results/controller_cost-<date>.json)")
     args = ap.parse_args(argv)

@@ -17,7 +17,7 @@ import hashlib
 import json
 import threading
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils import commands, gpu, host, links, nic, rules, topology
+from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu, host, links, nic, programs, rules, topology
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 GATHER = ("gpu", "host", "network")
@@ -37,7 +37,7 @@ def run(module, policy, root="/", gather=GATHER, interfaces=None, sample_seconds
     PATH).
     """
     fs = HostFS(root)
-    runner = commands.runner(module)
+    runner = programs.runner(module)
     facts = {"gpu": None, "host": None, "network": None, "topology": None}
     if interfaces is None:
         interfaces = policy["network"]["interfaces"]
@@ -53,7 +53,7 @@ def run(module, policy, root="/", gather=GATHER, interfaces=None, sample_seconds
         # The GPUs' error counters and the NICs' drop counters are each read twice, sample_seconds apart: the NIC
         # reads run in a thread while NVML is read here, so the two waits overlap (the module itself, fail_json
         # included, is only used from this thread).
-        worker = errors = None
+        nic_thread = errors = None
         if "network" in gather:
             errors = []
 
@@ -63,14 +63,14 @@ def run(module, policy, root="/", gather=GATHER, interfaces=None, sample_seconds
                 except Exception as exc:  # re-raised below, in the caller's thread
                     errors.append(exc)
 
-            worker = threading.Thread(target=guarded, name="gpufleet-nic")
-            worker.start()
+            nic_thread = threading.Thread(target=guarded, name="gpufleet-nic")
+            nic_thread.start()
         try:
             if "gpu" in gather:
                 facts["gpu"] = gpu.read(module, fs, sample_seconds=sample_seconds)
         finally:
-            if worker is not None:
-                worker.join()
+            if nic_thread is not None:
+                nic_thread.join()
         if errors:
             raise errors[0]
 

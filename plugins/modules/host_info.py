@@ -238,7 +238,7 @@ host:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import commands, host
+from ansible_collections.gpufleet.tuning.plugins.module_utils import host, programs
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 
@@ -275,7 +275,7 @@ def main():
     fs = HostFS(params["root"])
     facts = host.collect(
         fs,
-        run=commands.runner(module) if fs.root == "/" else None,
+        run=programs.runner(module) if fs.root == "/" else None,
         sample_seconds=params["sample_seconds"],
         kernel_log=params["kernel_log"],
         kernel_log_lines=params["kernel_log_lines"],

@@ -215,7 +215,7 @@ network:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import commands, ifname, links, nic
+from ansible_collections.gpufleet.tuning.plugins.module_utils import ifname, links, nic, programs
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 
@@ -276,7 +276,7 @@ def main():
     ethtool = params["ethtool_path"] or module.get_bin_path("ethtool")
     missing = None if ethtool else "ethtool not found in PATH"
 
-    run = commands.runner(module)
+    run = programs.runner(module)
 
     network = nic.collect(
         HostFS(params["root"]),

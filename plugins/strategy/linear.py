@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: linear
 short_description: ansible.builtin.linear that sleeps while every fork is busy and forks warm workers
-version_added: "0.3.0"
+version_added: "0.2.0"
 description:
   - Runs a play exactly as C(ansible.builtin.linear) does (tasks in lockstep per batch of hosts, up to C(forks) at
     once), and differs in two things, both in the controller's main process. When every fork is busy, the built-in
@@ -83,19 +83,20 @@ class StrategyModule(LinearStrategyModule):
 
     def _queue_task(self, host, task, task_vars, play_context):
         if not task.throttle:
-            self._wait_for_free_worker()
+            self._wait_for_free_fork()
         return super()._queue_task(host, task, task_vars, play_context)
 
-    def _wait_for_free_worker(self):
-        """Return once at least one fork is free (no worker, or its worker has exited), blocking meanwhile."""
-        workers = getattr(self, "_workers", None)
-        while workers and not getattr(self._tqm, "_terminated", False):
+    def _wait_for_free_fork(self):
+        """Return once at least one fork is free (no process, or its process has exited), blocking meanwhile.
+        ``_workers`` is ansible-core's name for the fork processes (gpufleet's workers are execution nodes)."""
+        forks = getattr(self, "_workers", None)
+        while forks and not getattr(self._tqm, "_terminated", False):
             sentinels = []
-            for worker in workers:
-                if worker is None or not worker.is_alive():
+            for fork in forks:
+                if fork is None or not fork.is_alive():
                     return
                 try:
-                    sentinels.append(worker.sentinel)
+                    sentinels.append(fork.sentinel)
                 except ValueError:  # a closed process object: its fork is free
                     return
             wait_for_any(sentinels, timeout=RECHECK_SECONDS)

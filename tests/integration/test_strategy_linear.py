@@ -118,7 +118,7 @@ PROBE_PLAY = """\
 """
 
 
-def test_workers_start_with_the_jinja_plugins_loaded(tmp_path):
+def test_forks_start_with_the_jinja_plugins_loaded(tmp_path):
     """Without the strategy each fork loads every filter and test plugin again the first time it templates a filter
     (controller CPU per host and task: docs/benchmarks.md); with it, the main process loads them once
     before the play and every worker inherits them."""

@@ -44,7 +44,7 @@ import subprocess  # nosec B404  # runs the readers' fixed tools (ethtool, nvidi
 import sys
 import time
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils import audit_core, commands, nvml, probe, prometheus_text
+from ansible_collections.gpufleet.tuning.plugins.module_utils import audit_core, nvml, probe, programs, prometheus_text
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rules as catalog
 from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import UnsafeDirectory, read_record, write_atomic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
@@ -535,7 +535,7 @@ def main(argv=None, version=None, out=None):
     for line in notes:
         log(line)
     if watch["slurm"]["drain"] and result is not None:
-        state["slurm"], state["drain"] = slurm_step(config, result, previous, commands.runner(HostModule({})), log)
+        state["slurm"], state["drain"] = slurm_step(config, result, previous, programs.runner(HostModule({})), log)
     log(summary_line(config, result, problem_list, run, (state.get("baseline") or {}).get("differences")))
     status = EXIT_OK if result is not None else EXIT_UNKNOWN
     # Each output on its own: a textfile directory refused (another user can write it) still leaves the state.

@@ -5,7 +5,7 @@
 
 ``reconcile(run, node, problems, clean, settings)`` is called by the on-host checker (``watch/checker.py``) once per
 run when ``watch.slurm.drain`` is on. It talks to slurmctld only through ``scontrol`` (``run(argv)`` ->
-``(rc, stdout, stderr)``, ``module_utils.commands.runner`` style, C locale) and follows these rules:
+``(rc, stdout, stderr)``, ``module_utils.programs.runner`` style, C locale) and follows these rules:
 
 - A node whose Slurm reason starts with ``gpufleet:`` is drained by gpufleet; any other drained, down or failed
   node belongs to someone else and is never touched, whatever the findings ("foreign").

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # Apache License 2.0 (see LICENSE)
-"""The one way gpufleet's readers run commands on a target: argument lists, C locale (outputs are parsed),
+"""The one way gpufleet's readers run external programs on a target (the CLI's subcommands are
+``src/gpufleet/commands/``): argument lists, C locale (outputs are parsed),
 and a missing or unrunnable binary as an exit status (127/126) instead of a module failure, so a host without
 journalctl or ethtool is reported, not lost."""
 
