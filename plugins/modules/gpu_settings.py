@@ -100,7 +100,7 @@ options:
         changes); not written in check mode. A file that holds the same settings in another layout is left alone.
       - Unset (the default) to record nothing.
     type: path
-    version_added: "0.3.0"
+    version_added: "0.2.0"
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.tuning.attributes.changing
@@ -177,7 +177,7 @@ config_changed:
   description: O(config_file) was written (or would be, in check mode) because its content changes.
   returned: when O(config_file) is set
   type: bool
-  version_added: "0.3.0"
+  version_added: "0.2.0"
 """
 
 import traceback

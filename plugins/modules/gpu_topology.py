@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: gpu_topology
 short_description: Where each NVIDIA GPU sits - PCIe path, NUMA node, CPUs, nearest NICs, NVLink peers - and bindings
-version_added: "0.1.0"
+version_added: "0.2.0"
 description:
   - Reads, from sysfs under C(root), each GPU's PCIe path from its root port, NUMA node, local CPUs (physical cores
     and their SMT siblings), the NICs and InfiniBand HCAs (C(/sys/class/net), C(/sys/class/infiniband)) and, through

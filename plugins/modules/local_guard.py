@@ -13,7 +13,7 @@ DOCUMENTATION = r"""
 ---
 module: local_guard
 short_description: Refuse to change the controller unless the inventory says it is meant
-version_added: "0.1.0"
+version_added: "0.2.0"
 description:
   - The first task of every gpufleet playbook that changes hosts (C(remediate.yml), C(rollback.yml),
     C(watch.yml), C(prereqs.yml), C(execution_node.yml)). It fails a host that is the machine Ansible runs on,
