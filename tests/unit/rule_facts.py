@@ -373,3 +373,46 @@ def gb200_tray(f: dict, imex_running: bool = True) -> dict:
     )
     f["probe"]["gpus"] = f["probe"]["gpus"][:4]
     return f
+
+
+def b200_fm_stopped(f: dict) -> dict:
+    """The HGX B200 an hour after boot with fabric manager and NVLSM stopped: every GPU's fabric still in training."""
+    hgx_b200(f)
+    f["gpu"]["driver"].update(fabricmanager_running=False, nvlsm_running=False)
+    for g in f["gpu"]["gpus"]:
+        g["fabric"].update(state="in_progress", status=None)
+    f["gpu"]["uptime_s"] = 3600.0
+    return f
+
+
+def h100_pcie(f: dict) -> dict:
+    """The healthy host as 8 H100 PCIe cards (PCI 0x2331): no NVSwitch, no fabric."""
+    for g in f["gpu"]["gpus"]:
+        g.update(name="NVIDIA H100 PCIe", fabric=None)
+        g["unsupported"] = {"fabric": "NotSupported"}
+    for p in f["gpu"]["pci"]["gpus"]:
+        p["device"] = "0x2331"
+    f["gpu"]["pci"]["nvswitches"] = []
+    return f
+
+
+def gh200(f: dict) -> dict:
+    """The healthy host as one GH200 (PCI 0x2342) outside any NVLink switch domain: no fabric."""
+    f["gpu"]["gpus"] = f["gpu"]["gpus"][:1]
+    f["gpu"]["gpu_count"] = 1
+    g = f["gpu"]["gpus"][0]
+    g.update(name="NVIDIA GH200 480GB", fabric=None)
+    g["unsupported"] = {"fabric": "NotSupported"}
+    f["gpu"]["pci"]["gpus"] = [dict(f["gpu"]["pci"]["gpus"][0], device="0x2342")]
+    f["gpu"]["pci"]["nvswitches"] = []
+    return f
+
+
+def single_gpu(f: dict) -> dict:
+    """The healthy host with one H100 and no NVSwitch."""
+    f["gpu"]["gpus"] = f["gpu"]["gpus"][:1]
+    f["gpu"]["gpus"][0].update(fabric=None)
+    f["gpu"]["gpu_count"] = 1
+    f["gpu"]["pci"]["gpus"] = f["gpu"]["pci"]["gpus"][:1]
+    f["gpu"]["pci"]["nvswitches"] = []
+    return f

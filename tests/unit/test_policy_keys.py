@@ -5,9 +5,11 @@ keys read."""
 from __future__ import annotations
 
 import pytest
-import test_rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils import policy, rules
+from rule_cases import all_cases, case_policy
 from rule_facts import healthy
+
+CASES = all_cases()  # every area file's (tests/unit/test_rules_<area>.py)
 
 DOCUMENTED = {path for path, _default, _doc in policy.documented()}
 
@@ -40,15 +42,15 @@ def test_declared_keys_are_policy_keys():
         assert rules.BY_ID[rule.id].describe()["policy_keys"] == list(rule.policy_keys)
 
 
-@pytest.mark.parametrize("rule_id", sorted(test_rules.CASES))
+@pytest.mark.parametrize("rule_id", sorted(CASES))
 def test_a_rule_reads_only_the_policy_keys_it_declares(rule_id):
     seen: set[str] = set()
-    case = test_rules.CASES[rule_id]
+    case = CASES[rule_id]
     for mutate in (None, *case[:2]):
         facts = healthy()
         if mutate:
             mutate(facts)
-        pol = policy.validate(test_rules.case_policy(rule_id) or {}, known_rules=rules.BY_ID)
+        pol = policy.validate(case_policy(case) or {}, known_rules=rules.BY_ID)
         rules.BY_ID[rule_id].check(facts, Recording(pol, (), seen))
     undeclared = sorted(seen - set(rules.BY_ID[rule_id].policy_keys))
     assert not undeclared, f"{rule_id} reads {undeclared} without listing them in policy_keys"

@@ -1,4 +1,7 @@
-"""NET-MTU-001 and NET-RING-001 judge what the vendors say matters (issue 13 §2).
+"""The rules of rules/network.py: NET-MTU-001, NET-RING-001, NET-OFFL-001 and NET-TCP-001..004, a passing and a failing
+case each (CASES), and their tests.
+
+NET-MTU-001 and NET-RING-001 judge what the vendors say matters (issue 13 §2).
 
 MTU: against the MTU the policy declares for the NIC's network (network.mtu by name or glob, network.min_mtu for a
 jumbo-frame fabric); with nothing declared only below the IPv6 minimum 1280. Rings: against the drivers' own
@@ -12,12 +15,33 @@ import os
 import subprocess
 
 import pytest
+import rule_cases
 from ansible_collections.gpufleet.tuning.plugins.module_utils import nic as nic_mod
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, validate
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import network
+from rule_cases import evaluate, nics, set_, tcp
+from rule_facts import healthy
 from test_nic import ETHTOOL_FIX, FAKE_ETHTOOL, netroot
+
+# rule id -> (mutation that still passes (None: the healthy host), mutation that fails[, policy for both])
+CASES = {
+    # Nothing declared: a cloud's own MTU (GCP 1460) passes; below the IPv6 minimum 1280 fails.
+    "NET-MTU-001": (lambda f: nics(f)[0].update(mtu=1460), lambda f: nics(f)[0].update(mtu=1200)),
+    # Rings far below their maximum with no drops pass; a ring-drop counter growing between readings fails.
+    "NET-RING-001": (
+        lambda f: nics(f)[0]["rings"].update(rx=1024, tx=1024),
+        lambda f: nics(f)[0]["drops"]["ring"]["rx_out_of_buffer"].update(total=1207310, delta=3366),
+    ),
+    "NET-OFFL-001": (None, lambda f: nics(f)[1]["offloads"].update({"generic-receive-offload": False})),
+    "NET-TCP-001": (None, lambda f: tcp(f).update(rmem=[4096, 131072, 6291456], wmem=[4096, 16384, 4194304])),
+    "NET-TCP-002": (None, set_(tcp, congestion_control="cubic")),
+    "NET-TCP-003": (None, set_(tcp, mtu_probing=0)),
+    "NET-TCP-004": (None, set_(tcp, slow_start_after_idle=1)),
+}
+
+test_rule_passes, test_rule_fails = rule_cases.pass_and_fail(CASES)
 
 
 def _nic(name, mtu=1500, driver="gve", rings=None, drops=None):
@@ -211,6 +235,69 @@ def test_other_nic_drops_are_named_but_not_judged_as_rings():
 def test_drivers_without_a_ring_counter_are_not_judged():
     finding = _rings(_nic("eth0", driver="virtio_net", rings={"rx": 256, "tx": 256, "rx_max": 1024, "tx_max": 1024}))
     assert finding["status"] == "skip" and "no NIC reports a ring-overflow counter" in finding["message"]
+
+
+# --- NET-TCP-001..004 judged against the declared long-haul links; NET-MTU-001 against a declared floor --------
+
+
+def test_no_declared_links_skips_long_haul_rules():
+    facts = healthy()
+    facts["links"] = {"source": "none", "peers": []}
+    tcp(facts).update(congestion_control="cubic", rmem=[4096, 131072, 6291456])
+    findings = evaluate(facts)
+    for rule_id in ("NET-TCP-001", "NET-TCP-002", "NET-TCP-003", "NET-TCP-004"):
+        assert findings[rule_id]["status"] == "skip"
+
+
+def test_bbr_unavailable_is_a_warning():
+    facts = healthy()
+    tcp(facts).update(congestion_control="cubic", available_congestion_control=["reno", "cubic"])
+    assert evaluate(facts)["NET-TCP-002"]["status"] == "warn"
+
+
+def test_congestion_control_per_route():
+    """network.congestion_control_scope: routes judges the routes to the long-haul peers' prefixes, not the host
+    default (which stays the owner's: cubic here)."""
+    link = {"rtt_ms": 180, "bandwidth_gbps": 1, "prefixes": ["198.51.100.0/24", "2001:db8:100::/48"]}
+    scope = {
+        "site": "ap",
+        "sites": {"ap": {"links": {"eu_west": link}}},
+        "network": {"congestion_control_scope": "routes"},
+    }
+    facts = healthy()
+    tcp(facts).update(congestion_control="cubic")
+    facts["network"]["routes"] = {"198.51.100.0/24": "bbr", "2001:db8:100::/48": "bbr"}
+    assert evaluate(facts, scope)["NET-TCP-002"]["status"] == "pass"
+    assert evaluate(facts)["NET-TCP-002"]["status"] == "fail"  # scope host: the default is judged
+    facts["network"]["routes"]["2001:db8:100::/48"] = None
+    finding = evaluate(facts, scope)["NET-TCP-002"]
+    assert finding["status"] == "fail" and "2001:db8:100::/48" in finding["message"]
+    del facts["network"]["routes"]
+    assert evaluate(facts, scope)["NET-TCP-002"]["status"] == "skip"
+    del link["prefixes"]
+    finding = evaluate(facts, scope)["NET-TCP-002"]
+    assert finding["status"] == "fail" and "no prefix is declared" in finding["message"]
+
+
+def test_tcp_buffer_threshold_is_four_bdp():
+    facts = healthy()  # 180 ms x 1 Gbit/s -> BDP 22.5 MB, 4x = 90 MB
+    tcp(facts).update(rmem=[4096, 131072, 90_000_000], wmem=[4096, 16384, 90_000_000])
+    assert evaluate(facts)["NET-TCP-001"]["status"] == "pass"
+    tcp(facts).update(rmem=[4096, 131072, 89_999_999])
+    finding = evaluate(facts)["NET-TCP-001"]
+    assert finding["status"] == "fail" and finding["expected"]["tcp_rmem_max"] == ">= 90000000"
+    assert "4.0 x bandwidth-delay product" in finding["message"]
+    two = evaluate(facts, {"network": {"buffer_factor": 2.0}})["NET-TCP-001"]
+    assert two["status"] == "pass" and two["expected"]["tcp_rmem_max"] == ">= 45000000"
+
+
+def test_mtu_policy_for_jumbo_fabrics():
+    facts = healthy()
+    nics(facts)[0]["mtu"] = 1500
+    finding = evaluate(facts, {"network": {"min_mtu": 9000}})["NET-MTU-001"]
+    assert finding["status"] == "fail" and finding["items"] == [
+        {"nic": "ens1", "mtu": 1500, "expected": 9000, "kind": "min", "source": "network.min_mtu"}
+    ]
 
 
 # --- from recorded ethtool -S through the real reader ----------------------------------------------------------
