@@ -17,7 +17,8 @@ import hashlib
 import json
 import threading
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu, host, links, nic, programs, rules, topology
+from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu, host, links, nic, programs, routes, rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils import topology
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 GATHER = ("gpu", "host", "network")
@@ -96,7 +97,7 @@ def run(module, policy, root="/", gather=GATHER, interfaces=None, sample_seconds
     facts["links"] = link_facts
     if facts["network"] is not None and policy["network"]["congestion_control_scope"] == "routes":
         # network.congestion_control_scope: routes - NET-TCP-002 judges the routes to the long-haul peers' prefixes.
-        facts["network"]["routes"] = links.read_route_congctl(runner, links.classify(policy, link_facts)[2])
+        facts["network"]["routes"] = routes.read_route_congctl(runner, links.classify(policy, link_facts)[2])
     findings = rules.evaluate(facts, policy)
     del facts["links"]
     return {

@@ -139,6 +139,16 @@ def cpus_to_cpulist(cpus):
     return ",".join(parts)
 
 
+def to_int(text):
+    """int of a sysfs/procfs value ("10\\n" -> 10); None when absent or not a number."""
+    if text is None:
+        return None
+    try:
+        return int(text.strip().split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
 _CPULIST_ITEM = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
 
 

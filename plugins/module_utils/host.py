@@ -2,8 +2,8 @@
 # Copyright: gpufleet contributors
 # Apache License 2.0 (see LICENSE)
 """The state of the host around the GPUs: CPU and governors, NUMA, memory and swap pressure,
-VM sysctls, transparent huge pages, memlock limits, irqbalance and NIC/GPU IRQ affinity, kernel, OS and the
-kernel log.
+VM sysctls, transparent huge pages, memlock limits (memlock.py), irqbalance and NIC/GPU IRQ affinity, kernel, OS
+and the kernel log (read and scanned by kernel_log.py).
 
 Every file is read through HostFS, so a fixture tree (as the tests use) or a mounted
 image can stand in for the host. Commands (dmesg, journalctl) run only through the ``run``
@@ -23,27 +23,16 @@ import time
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
 from ansible_collections.gpufleet.tuning.plugins.module_utils import kernel_log as klog
+from ansible_collections.gpufleet.tuning.plugins.module_utils import memlock
+from ansible_collections.gpufleet.tuning.plugins.module_utils.decoders import to_int
 
 CPU_SYS = "/sys/devices/system/cpu"
 NODE_SYS = "/sys/devices/system/node"
 VM_KEYS = ("swappiness", "overcommit_memory", "overcommit_ratio", "min_free_kbytes", "zone_reclaim_mode",
            "max_map_count")
-KERNEL_LOG_MODES = ("auto", "dmesg", "journal", "file", "none")
-DEFAULT_KERNEL_LOG_FILE = "/var/log/kern.log"
-UNLIMITED = ("unlimited", "infinity", "-1")
 
 
 # ---------------------------------------------------------------- pure parsers
-
-def to_int(text):
-    """int of a sysfs/procfs value ("10\\n" -> 10); None when absent or not a number."""
-    if text is None:
-        return None
-    try:
-        return int(text.strip().split()[0])
-    except (ValueError, IndexError):
-        return None
-
 
 def parse_cpuinfo(text):
     """/proc/cpuinfo -> one dict per processor block (keys as printed, values stripped)."""
@@ -164,44 +153,6 @@ def parse_bracketed(text):
         return m.group(1).strip()
     words = text.split()
     return words[0] if len(words) == 1 else None
-
-
-def _limit_kb(value, unit_bytes):
-    if value.lower() in UNLIMITED:
-        return None
-    number = int(value)
-    return number // 1024 if unit_bytes else number
-
-
-def parse_proc_limits(text):
-    """(soft_kb, hard_kb) of "Max locked memory" in /proc/<pid>/limits; None = unlimited.
-
-    Raises ValueError when the line is absent or malformed.
-    """
-    for line in (text or "").splitlines():
-        if line.startswith("Max locked memory"):
-            parts = line[len("Max locked memory"):].split()
-            if len(parts) < 2:
-                break
-            unit_bytes = len(parts) > 2 and parts[2] == "bytes"
-            return _limit_kb(parts[0], unit_bytes), _limit_kb(parts[1], unit_bytes)
-    raise ValueError("no 'Max locked memory' line")
-
-
-def parse_limits_conf(text, path):
-    """memlock lines of a pam_limits file -> [{path, domain, type, value_kb}] (value_kb None = unlimited)."""
-    out = []
-    for line in (text or "").splitlines():
-        line = line.split("#", 1)[0].strip()
-        parts = line.split()
-        if len(parts) < 4 or parts[2] != "memlock" or parts[1] not in ("soft", "hard", "-"):
-            continue
-        try:
-            value = _limit_kb(parts[3], False)
-        except ValueError:
-            continue  # pam_limits ignores such a line too
-        out.append({"path": path, "domain": parts[0], "type": parts[1], "value_kb": value})
-    return out
 
 
 def parse_os_release(text):
@@ -456,184 +407,6 @@ def read_hugepages(unsupported, meminfo):
     }
 
 
-# The daemons GPU jobs run under, as (systemd unit, process name, starts jobs): a job inherits RLIMIT_MEMLOCK from
-# the daemon that starts it (Slurm FAQ "memlock": slurmd's limit caps jobs; containers inherit the runtime's limit
-# unless the runtime sets one), and pam_limits never reaches a service started by systemd (its limit is
-# LimitMEMLOCK=, systemd.exec(5)). kubelet is read but starts no job itself: pods run under the CRI runtime
-# (containerd, CRI-O), whose limit is the one they get.
-JOB_SERVICES = (
-    ("slurmd.service", "slurmd", True),
-    ("kubelet.service", "kubelet", False),
-    ("containerd.service", "containerd", True),
-    ("docker.service", "dockerd", True),
-    ("crio.service", "crio", True),
-)
-# systemd's unit search path for system units, highest priority first (systemd.unit(5)); /lib for split-usr systems.
-UNIT_DIRS = (
-    "/etc/systemd/system.control",
-    "/run/systemd/system.control",
-    "/etc/systemd/system",
-    "/run/systemd/system",
-    "/usr/local/lib/systemd/system",
-    "/usr/lib/systemd/system",
-    "/lib/systemd/system",
-)
-SYSTEM_CONF = "/etc/systemd/system.conf"
-SYSTEM_CONF_DIRS = ("/etc/systemd/system.conf.d", "/run/systemd/system.conf.d", "/usr/local/lib/systemd/system.conf.d",
-                    "/usr/lib/systemd/system.conf.d", "/lib/systemd/system.conf.d")
-CAP_IPC_LOCK = 14  # linux/capability.h
-_SIZE_SUFFIX = {"": 1, "B": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4, "P": 1024 ** 5,
-                "E": 1024 ** 6}
-_SIZE = re.compile(r"^(\d+)\s*([KMGTPE]?)(?:i?B)?$", re.I)
-
-
-def _systemd_size_kb(text):
-    text = text.strip()
-    if text.lower() == "infinity":
-        return None
-    m = _SIZE.match(text)
-    if not m:
-        raise ValueError("not a size: %r" % text)
-    return int(m.group(1)) * _SIZE_SUFFIX[m.group(2).upper()] // 1024
-
-
-def parse_systemd_limit(value):
-    """(soft_kb, hard_kb) of a LimitMEMLOCK= value ("infinity", "64M", "8388608", "soft:hard"; sizes in bytes with
-    base-1024 suffixes, systemd.exec(5)); None = unlimited. Raises ValueError on anything else."""
-    soft, sep, hard = value.partition(":")
-    soft_kb = _systemd_size_kb(soft)
-    return soft_kb, (_systemd_size_kb(hard) if sep else soft_kb)
-
-
-def unit_assignments(text, section, key):
-    """The values of ``key=`` in ``[section]`` of a systemd unit or config file, in order (an empty value resets)."""
-    out, current = [], None
-    for line in (text or "").splitlines():
-        line = line.strip()
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            current = line[1:-1].strip()
-            continue
-        name, sep, value = line.partition("=")
-        if sep and current == section and name.strip() == key:
-            out.append(value.strip())
-    return out
-
-
-def _effective_limit(fs, paths, section, key):
-    """{soft_kb, hard_kb, source} of the last valid assignment over ``paths`` (read in order); None when unset."""
-    limit = None
-    for path in paths:
-        for value in unit_assignments(fs.read(path), section, key):
-            if not value:
-                limit = None  # "LimitMEMLOCK=" resets to the default
-                continue
-            try:
-                soft, hard = parse_systemd_limit(value)
-            except ValueError:
-                continue  # systemd ignores an invalid assignment and logs it
-            limit = {"soft_kb": soft, "hard_kb": hard, "source": path}
-    return limit
-
-
-def _unit_file(fs, unit):
-    """Path of the unit's fragment (highest-priority unit directory), or None when absent or masked."""
-    for directory in UNIT_DIRS:
-        path = "%s/%s" % (directory, unit)
-        real = fs.path(path)
-        if os.path.islink(real) and os.readlink(real) == "/dev/null":
-            return None  # masked
-        if os.path.isfile(real):
-            return path
-    return None
-
-
-def _dropins(fs, unit, kind="service"):
-    """Drop-in files of a unit (<dir>/<unit>.d/*.conf and the per-type <dir>/service.d/*.conf) in the order systemd
-    applies them: by file name; of two with the same name, the one in the higher-priority directory."""
-    chosen = {}
-    for directory in UNIT_DIRS:
-        for sub in (unit + ".d", kind + ".d"):
-            for path in fs.glob("%s/%s/*.conf" % (directory, sub)):
-                chosen.setdefault(os.path.basename(path), path)
-    return [chosen[name] for name in sorted(chosen)]
-
-
-def _proc_caps(text):
-    """(uid, has CAP_IPC_LOCK) from /proc/<pid>/status (Uid: real..., CapEff: hex mask); None where absent."""
-    uid = cap = None
-    for line in (text or "").splitlines():
-        key, _sep, value = line.partition(":")
-        if key == "Uid" and value.split():
-            uid = to_int(value)
-        elif key == "CapEff":
-            try:
-                cap = bool(int(value.strip(), 16) >> CAP_IPC_LOCK & 1)
-            except ValueError:
-                cap = None
-    return uid, cap
-
-
-def read_job_services(fs):
-    """The job-running daemons present (unit installed or process running), each with its unit's LimitMEMLOCK and
-    the limits of its running processes (/proc/<pid>/limits)."""
-    names = dict((proc, unit) for unit, proc, _starts in JOB_SERVICES)
-    running = {}
-    for path in fs.glob("/proc/[0-9]*/comm"):
-        comm = (fs.read(path) or "").strip()
-        if comm not in names:
-            continue
-        pid = int(path.split("/")[2])
-        entry = {"pid": pid, "soft_kb": None, "hard_kb": None, "error": None}
-        try:
-            entry["soft_kb"], entry["hard_kb"] = parse_proc_limits(fs.read("/proc/%d/limits" % pid))
-        except ValueError as exc:
-            entry["error"] = "/proc/%d/limits: %s" % (pid, exc)
-        running.setdefault(names[comm], []).append(entry)
-    services = []
-    for unit, proc, starts_jobs in JOB_SERVICES:
-        fragment = _unit_file(fs, unit)
-        if fragment is None and unit not in running:
-            continue
-        paths = ([fragment] if fragment else []) + _dropins(fs, unit)
-        services.append({
-            "unit": unit,
-            "process": proc,
-            "starts_jobs": starts_jobs,
-            "fragment": fragment,
-            "dropins": paths[1:] if fragment else paths,
-            "limit": _effective_limit(fs, paths, "Service", "LimitMEMLOCK"),
-            "processes": sorted(running.get(unit, []), key=lambda p: p["pid"]),
-        })
-    return services
-
-
-def read_memlock(fs, unsupported):
-    memlock = {"process_soft_kb": None, "process_hard_kb": None, "configured": []}
-    try:
-        memlock["process_soft_kb"], memlock["process_hard_kb"] = parse_proc_limits(fs.read("/proc/self/limits"))
-    except ValueError as exc:
-        unsupported["memlock.process_soft_kb"] = unsupported["memlock.process_hard_kb"] = (
-            "/proc/self/limits: %s" % exc)
-    # mlock(2): a process with CAP_IPC_LOCK is not bound by RLIMIT_MEMLOCK, so a root audit's own limit says
-    # nothing about the limit of the users' jobs.
-    memlock["process_uid"], memlock["process_cap_ipc_lock"] = _proc_caps(fs.read("/proc/self/status"))
-    if memlock["process_cap_ipc_lock"] is None:
-        unsupported["memlock.process_cap_ipc_lock"] = "no CapEff in /proc/self/status"
-    paths = ["/etc/security/limits.conf"] + fs.glob("/etc/security/limits.d/*.conf")
-    for path in paths:
-        memlock["configured"].extend(parse_limits_conf(fs.read(path), path))
-    chosen = {}  # system.conf, then its drop-ins by file name (systemd-system.conf(5))
-    for directory in SYSTEM_CONF_DIRS:
-        for path in fs.glob(directory + "/*.conf"):
-            chosen.setdefault(os.path.basename(path), path)
-    conf = [SYSTEM_CONF] + [chosen[name] for name in sorted(chosen)]
-    memlock["systemd_default"] = _effective_limit(fs, conf, "Manager", "DefaultLimitMEMLOCK")
-    memlock["services"] = read_job_services(fs)
-    return memlock
-
-
 def read_irqbalance(fs):
     installed = fs.exists("/usr/sbin/irqbalance") or fs.exists("/usr/bin/irqbalance")
     running = False
@@ -766,89 +539,10 @@ def read_os(fs, unsupported):
     return {"id": data.get("ID"), "version_id": data.get("VERSION_ID"), "pretty_name": data.get("PRETTY_NAME")}
 
 
-# ---------------------------------------------------------------- kernel log
-
-def tail_file(path, count, block=65536, max_bytes=64 * 1024 * 1024):
-    """The last ``count`` lines of the file at ``path`` (a real path), reading backwards in blocks."""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        data = b""
-        pos = size
-        while pos > 0 and data.count(b"\n") <= count and size - pos < max_bytes:
-            step = min(block, pos)
-            pos -= step
-            f.seek(pos)
-            data = f.read(step) + data
-    return klog.tail(data.decode("utf-8", "replace"), count)
-
-
-def _first_line(text, default):
-    for line in (text or "").splitlines():
-        if line.strip():
-            return line.strip()
-    return default
-
-
-def _from_dmesg(run, count, hours, now):
-    rc, out, err = run(["dmesg", "--kernel", "--time-format", "iso"])
-    if rc != 0:
-        return None, "dmesg: %s" % _first_line(err or out, "rc=%s" % rc)
-    return klog.tail("\n".join(klog.since(klog.tail(out, 10 ** 9), now, hours)), count), None
-
-
-def _from_journal(run, count, hours):
-    argv = ["journalctl", "-k", "--no-pager", "-o", "short-iso", "-n", str(count)]
-    if hours:
-        argv.append("--since=-%dh" % hours)
-    rc, out, err = run(argv)
-    lines = klog.tail(out, count)
-    if rc != 0 or (not lines and (err or "").strip()):
-        return None, "journalctl: %s" % _first_line(err or out, "rc=%s" % rc)
-    return lines, None
-
-
-def read_kernel_log(fs, run, mode="auto", path=DEFAULT_KERNEL_LOG_FILE, count=5000, hours=24, now=None):
-    """Scan the kernel log for Xid and AER errors. Never raises for an unreadable log: ``error`` says why."""
-    if mode not in KERNEL_LOG_MODES:
-        raise ValueError("kernel_log must be one of %s, got %r" % (", ".join(KERNEL_LOG_MODES), mode))
-    now = time.time() if now is None else now
-    result = {"source": mode, "error": None, "lines_scanned": 0}
-    lines = []
-    if mode == "auto" and fs.root != "/":
-        mode = result["source"] = "file"
-    if mode == "file":
-        try:
-            lines = tail_file(fs.path(path), count)
-        except (IOError, OSError) as exc:
-            result["error"] = "%s: %s" % (path, exc.strerror or exc)
-    elif mode in ("auto", "dmesg", "journal"):
-        errors = []
-        for source in (("dmesg", "journal") if mode == "auto" else (mode,)):
-            if run is None:
-                errors.append("%s: commands cannot run here (root is not /)" % source)
-                continue
-            if source == "dmesg":
-                got, error = _from_dmesg(run, count, hours, now)
-            else:
-                got, error = _from_journal(run, count, hours)
-            if error is None:
-                lines, result["source"] = got, source
-                break
-            errors.append(error)
-        else:
-            result["error"] = "; ".join(errors)
-            if mode == "auto":
-                result["source"] = "none"
-    result["lines_scanned"] = len(lines)
-    result.update(klog.scan(lines))
-    return result
-
-
 # ---------------------------------------------------------------- everything
 
 def collect(fs, run=None, sample_seconds=1.0, kernel_log="auto", kernel_log_lines=5000, kernel_log_since_hours=24,
-            kernel_log_file=DEFAULT_KERNEL_LOG_FILE, clock=time.monotonic, sleep=time.sleep, now=None,
+            kernel_log_file=klog.DEFAULT_KERNEL_LOG_FILE, clock=time.monotonic, sleep=time.sleep, now=None,
             meanwhile=None):
     """The ``host`` dict of the host_info module.
 
@@ -870,12 +564,12 @@ def collect(fs, run=None, sample_seconds=1.0, kernel_log="auto", kernel_log_line
         "vm": read_vm(fs, unsupported),
         "thp": read_thp(fs, unsupported),
         "hugepages": read_hugepages(unsupported, meminfo),
-        "memlock": read_memlock(fs, unsupported),
+        "memlock": memlock.read_memlock(fs, unsupported),
         "irqbalance": read_irqbalance(fs),
         "irq": read_irq(fs, unsupported),
         "kernel": read_kernel(fs, unsupported),
         "os": read_os(fs, unsupported),
-        "kernel_log": read_kernel_log(fs, run, kernel_log, kernel_log_file, kernel_log_lines,
+        "kernel_log": klog.read_kernel_log(fs, run, kernel_log, kernel_log_file, kernel_log_lines,
                                       kernel_log_since_hours, now),
     }
 

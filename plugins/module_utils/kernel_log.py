@@ -3,8 +3,9 @@
 # Apache License 2.0 (see LICENSE)
 """Find NVIDIA Xid events and PCIe AER errors in kernel log lines.
 
-Pure functions of text: the caller fetches the lines (dmesg, journalctl, a log file) and
-hands them here, so every form of line can be unit-tested.
+The parsers are pure functions of text, so every form of line can be unit-tested; ``read_kernel_log`` fetches the
+lines (dmesg, journalctl or a log file, commands only through the ``run`` callable the module hands in) and scans
+them.
 
 Lines look like::
 
@@ -29,8 +30,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import calendar
+import os
 import re
+import time
 
+KERNEL_LOG_MODES = ("auto", "dmesg", "journal", "file", "none")
+DEFAULT_KERNEL_LOG_FILE = "/var/log/kern.log"
 LAST_MAX = 300
 
 # Xid code -> (meaning, severity). Meanings follow NVIDIA's Xid catalog
@@ -296,3 +301,82 @@ def since(lines, now, hours):
         if when is None or when >= cutoff:
             kept.append(line)
     return kept
+
+
+# ---------------------------------------------------------------- reading the log
+
+def tail_file(path, count, block=65536, max_bytes=64 * 1024 * 1024):
+    """The last ``count`` lines of the file at ``path`` (a real path), reading backwards in blocks."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        data = b""
+        pos = size
+        while pos > 0 and data.count(b"\n") <= count and size - pos < max_bytes:
+            step = min(block, pos)
+            pos -= step
+            f.seek(pos)
+            data = f.read(step) + data
+    return tail(data.decode("utf-8", "replace"), count)
+
+
+def _first_line(text, default):
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return default
+
+
+def _from_dmesg(run, count, hours, now):
+    rc, out, err = run(["dmesg", "--kernel", "--time-format", "iso"])
+    if rc != 0:
+        return None, "dmesg: %s" % _first_line(err or out, "rc=%s" % rc)
+    return tail("\n".join(since(tail(out, 10 ** 9), now, hours)), count), None
+
+
+def _from_journal(run, count, hours):
+    argv = ["journalctl", "-k", "--no-pager", "-o", "short-iso", "-n", str(count)]
+    if hours:
+        argv.append("--since=-%dh" % hours)
+    rc, out, err = run(argv)
+    lines = tail(out, count)
+    if rc != 0 or (not lines and (err or "").strip()):
+        return None, "journalctl: %s" % _first_line(err or out, "rc=%s" % rc)
+    return lines, None
+
+
+def read_kernel_log(fs, run, mode="auto", path=DEFAULT_KERNEL_LOG_FILE, count=5000, hours=24, now=None):
+    """Scan the kernel log for Xid and AER errors. Never raises for an unreadable log: ``error`` says why."""
+    if mode not in KERNEL_LOG_MODES:
+        raise ValueError("kernel_log must be one of %s, got %r" % (", ".join(KERNEL_LOG_MODES), mode))
+    now = time.time() if now is None else now
+    result = {"source": mode, "error": None, "lines_scanned": 0}
+    lines = []
+    if mode == "auto" and fs.root != "/":
+        mode = result["source"] = "file"
+    if mode == "file":
+        try:
+            lines = tail_file(fs.path(path), count)
+        except (IOError, OSError) as exc:
+            result["error"] = "%s: %s" % (path, exc.strerror or exc)
+    elif mode in ("auto", "dmesg", "journal"):
+        errors = []
+        for source in (("dmesg", "journal") if mode == "auto" else (mode,)):
+            if run is None:
+                errors.append("%s: commands cannot run here (root is not /)" % source)
+                continue
+            if source == "dmesg":
+                got, error = _from_dmesg(run, count, hours, now)
+            else:
+                got, error = _from_journal(run, count, hours)
+            if error is None:
+                lines, result["source"] = got, source
+                break
+            errors.append(error)
+        else:
+            result["error"] = "; ".join(errors)
+            if mode == "auto":
+                result["source"] = "none"
+    result["lines_scanned"] = len(lines)
+    result.update(scan(lines))
+    return result

@@ -7,7 +7,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import socket
 import time
 
@@ -69,70 +68,6 @@ def classify(policy, resolved):
             if prefix not in prefixes:
                 prefixes.append(prefix)
     return long_links, sized, prefixes
-
-
-def route_congctl_of(route):
-    """The congestion control of a route from `ip -j route` (iproute2 prints it as congestion or congctl), or None."""
-    for metric in route.get("metrics") or []:
-        if isinstance(metric, dict):
-            for key in ("congestion", "congctl"):
-                if metric.get(key):
-                    return str(metric[key]).split()[-1]  # "lock bbr" -> "bbr"
-    return None
-
-
-# Route metrics (ip-route(8) "OPTIONS") that `ip -j route` prints as plain numbers and `ip route` takes back as
-# such; congestion control is passed on its own. Time metrics (rtt, rttvar, rto_min) are left out: ip prints them in
-# a unit it does not read back the same way.
-ROUTE_METRICS = ("mtu", "advmss", "window", "cwnd", "initcwnd", "initrwnd", "ssthresh", "reordering", "hoplimit")
-
-
-def route_argv(verb, prefix, route, congestion_control=None, metrics=True):
-    """`ip route VERB PREFIX ...` arguments for a route as `ip -j route` shows it: gateway, device, protocol, scope,
-    metric, source and (with ``metrics``) its numeric metrics, then ``congctl`` when given. One builder for
-    route_congctl (replace, keeping the route's path) and rollback (replace as it was, or del what a run created)."""
-    argv = ["route", verb, prefix]
-    if route.get("gateway"):
-        argv += ["via", route["gateway"]]
-    if route.get("dev"):
-        argv += ["dev", route["dev"]]
-    if route.get("protocol"):
-        argv += ["proto", str(route["protocol"])]
-    if route.get("scope") and route["scope"] != "global":
-        argv += ["scope", str(route["scope"])]
-    if route.get("metric") is not None:
-        argv += ["metric", str(route["metric"])]
-    if route.get("prefsrc"):
-        argv += ["src", route["prefsrc"]]
-    if metrics:
-        for item in route.get("metrics") or []:
-            if isinstance(item, dict):
-                for name in ROUTE_METRICS:
-                    if isinstance(item.get(name), int) and not isinstance(item.get(name), bool):
-                        argv += [name, str(item[name])]
-    if congestion_control:
-        argv += ["congctl", congestion_control]
-    return argv
-
-
-def read_route_congctl(run, prefixes):
-    """{prefix: congestion control of the main table's own route to it, or None} (`ip -j route show exact`).
-
-    ``run(argv) -> (rc, stdout, stderr)``. A prefix without a route of its own, or whose route cannot be read, maps
-    to None (its connections follow a wider route, which has no per-route congestion control for it).
-    """
-    out = {}
-    for prefix in prefixes or []:
-        family = "-6" if ":" in prefix else "-4"
-        rc, stdout, _stderr = run(["ip", "-j", family, "route", "show", "exact", prefix])
-        routes = None
-        if rc == 0:
-            try:
-                routes = json.loads(stdout or "[]")
-            except ValueError:
-                routes = None
-        out[prefix] = route_congctl_of(routes[0]) if routes and isinstance(routes[0], dict) else None
-    return out
 
 
 # --- measured links: TCP connect time to the peers ---------------------------------------------

@@ -19,7 +19,7 @@ import re
 import time
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_settings as gs
-from ansible_collections.gpufleet.tuning.plugins.module_utils import links, nic, nic_settings, nvml, rollback, sysctl
+from ansible_collections.gpufleet.tuning.plugins.module_utils import nic, nic_settings, nvml, rollback, routes, sysctl
 from ansible_collections.gpufleet.tuning.plugins.module_utils.ethtool import Ethtool
 from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
@@ -156,12 +156,12 @@ def restore_route(module, entry):
                 % (prefix, current.get("gateway"), current.get("dev"), created.get("gateway"), created.get("dev"))
             )
             return False
-        argv = links.route_argv("del", prefix, created, metrics=False)
+        argv = routes.route_argv("del", prefix, created, metrics=False)
     else:
-        argv = links.route_argv("replace", prefix, was, links.route_congctl_of(was))
+        argv = routes.route_argv("replace", prefix, was, routes.route_congctl_of(was))
         if (
             current is not None
-            and links.route_argv("replace", prefix, current, links.route_congctl_of(current)) == argv
+            and routes.route_argv("replace", prefix, current, routes.route_congctl_of(current)) == argv
         ):
             return False
     if not module.check_mode:

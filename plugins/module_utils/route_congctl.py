@@ -16,7 +16,7 @@ import json
 import os
 import re
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils import links, rollback
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback, routes
 from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 
 UNIT_NAME = "gpufleet-route-congctl.service"
@@ -25,7 +25,7 @@ _CC = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
 
 def replace_argv(prefix, route, congestion_control):
     """`ip route replace` arguments keeping the route's path (gateway, device, protocol, metric, source, metrics)."""
-    return links.route_argv("replace", prefix, route, congestion_control)
+    return routes.route_argv("replace", prefix, route, congestion_control)
 
 
 def unit_text(ip_bin, argvs):
@@ -132,7 +132,7 @@ class RouteCongctl:
                 return
             route = dict(got[0])
             route.pop("prefsrc", None)  # the source the kernel picks; keep it unpinned
-        before = links.route_congctl_of(route)
+        before = routes.route_congctl_of(route)
         argv = replace_argv(prefix, route, self.cc)
         self.argvs.append(argv)
         self.routes.append(

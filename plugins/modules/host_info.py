@@ -238,7 +238,7 @@ host:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import host, programs
+from ansible_collections.gpufleet.tuning.plugins.module_utils import host, kernel_log, programs
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 
@@ -247,8 +247,8 @@ def main():
         argument_spec=dict(
             root=dict(type="path", default="/"),
             sample_seconds=dict(type="float", default=1.0),
-            kernel_log=dict(type="str", default="auto", choices=list(host.KERNEL_LOG_MODES)),
-            kernel_log_file=dict(type="path", default=host.DEFAULT_KERNEL_LOG_FILE),
+            kernel_log=dict(type="str", default="auto", choices=list(kernel_log.KERNEL_LOG_MODES)),
+            kernel_log_file=dict(type="path", default=kernel_log.DEFAULT_KERNEL_LOG_FILE),
             kernel_log_lines=dict(type="int", default=5000),
             kernel_log_since_hours=dict(type="int", default=24),
         ),

@@ -203,7 +203,7 @@ link_shadowed_by:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.tuning.plugins.module_utils import nic_settings, rollback
+from ansible_collections.gpufleet.tuning.plugins.module_utils import link_files, nic_settings, rollback
 
 
 def main():
@@ -218,7 +218,7 @@ def main():
             persist=dict(type="bool", default=True),
             persist_method=dict(type="str", default="auto", choices=["auto", "networkmanager", "link", "udev", "none"]),
             link_dir=dict(type="path", default="/etc/systemd/network"),
-            link_search_dirs=dict(type="list", elements="path", default=list(nic_settings.LINK_DIRS)),
+            link_search_dirs=dict(type="list", elements="path", default=list(link_files.LINK_DIRS)),
             udev_dir=dict(type="path", default="/etc/udev/rules.d"),
             strict=dict(type="bool", default=False),
             allow_uplink=dict(type="bool", default=False),

@@ -323,7 +323,7 @@ def test_naming_of_the_replaced_file_is_carried_over_and_old_file_removed(tmp_pa
 UDEV_SCRIPT = r"""
 import json, subprocess, sys
 sys.path.insert(0, "/repo/.collections")
-from ansible_collections.gpufleet.tuning.plugins.module_utils import nic_settings as ns
+from ansible_collections.gpufleet.tuning.plugins.module_utils import link_files, systemd_unit
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 def sh(*argv):
@@ -345,14 +345,15 @@ for case in json.loads(sys.argv[1]):
     with open(d + "/50-case.link", "w") as f:
         f.write("[Match]\n" + "\n".join(case) + "\n\n[Link]\nMTUBytes=1400\n")
     for dev in ("va0", "vb0"):
-        facts = ns.link_facts(fs, dev, "veth", None, None)
-        ours = ns.link_match(ns.parse_unit_file(open(d + "/50-case.link").read()).get("Match", []), facts)[0]
+        facts = link_files.link_facts(fs, dev, "veth", None, None)
+        match = systemd_unit.parse_unit_file(open(d + "/50-case.link").read()).get("Match", [])
+        ours = link_files.link_match(match, facts)[0]
         out.append({"case": case, "dev": dev, "systemd": applied(dev) == [d + "/50-case.link"], "ours": ours})
 subprocess.run(["rm", "-f", d + "/50-case.link"])
-facts = ns.link_facts(fs, "va0", "veth", None, None)
+facts = link_files.link_facts(fs, "va0", "veth", None, None)
 with open(d + "/10-netplan-va0.link", "w") as f:
     f.write("[Match]\nOriginalName=va0\n\n[Link]\nWakeOnLan=off\n")
-near = ns.link_neighbours(fs, ns.LINK_DIRS, ns.link_file_name("va0"), facts)
+near = link_files.link_neighbours(fs, link_files.LINK_DIRS, link_files.link_file_name("va0"), facts)
 out.append({"shadow": near["shadowed_by"], "systemd": applied("va0")})
 print(json.dumps(out))
 """

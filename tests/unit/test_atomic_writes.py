@@ -26,7 +26,7 @@ ALLOWED = {
     ("plugins/module_utils/sysfs_settings.py", "write_value", "open"): "a /sys attribute: the kernel takes it whole",
     ("plugins/module_utils/rollback_restore.py", "restore_value", "open"): "a /proc/sys or /sys value, as above",
     ("plugins/module_utils/rollback_restore.py", "restore_file", "os.unlink"): "removes a file the run created: atomic",
-    ("plugins/module_utils/nic_settings.py", "remove_legacy", "os.unlink"): (
+    ("plugins/module_utils/link_files.py", "remove_legacy", "os.unlink"): (
         "removes our own 60-gpufleet-<nic>.link of older releases (it renamed bond members), recorded for rollback "
         "first: atomic"
     ),

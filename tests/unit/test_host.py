@@ -1,4 +1,5 @@
-"""host_info's logic (plugins/module_utils/host.py) against mkroot fixture trees, and mkroot itself."""
+"""host_info's logic (plugins/module_utils/host.py, memlock.py, systemd_unit.py, kernel_log.py's reading) against
+mkroot fixture trees, and mkroot itself."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from pathlib import Path
 
 import pytest
 import simulators
+from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders, memlock, systemd_unit
 from ansible_collections.gpufleet.tuning.plugins.module_utils import host as h
+from ansible_collections.gpufleet.tuning.plugins.module_utils import kernel_log as klog
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,7 +37,7 @@ def healthy(tmp_path_factory):
 
 @pytest.mark.parametrize("text, value", [("10\n", 10), ("  0 ", 0), ("-1", -1), ("", None), (None, None), ("x", None)])
 def test_to_int(text, value):
-    assert h.to_int(text) == value
+    assert decoders.to_int(text) == value
 
 
 def test_parse_cpuinfo_and_model():
@@ -81,20 +84,20 @@ def test_parse_bracketed(text, value):
 
 def test_parse_proc_limits():
     head = "Limit                     Soft Limit           Hard Limit           Units     \n"
-    assert h.parse_proc_limits(
+    assert memlock.parse_proc_limits(
         head + "Max locked memory         8388608              8388608              bytes\n"
     ) == (
         8192,
         8192,
     )
-    assert h.parse_proc_limits(
+    assert memlock.parse_proc_limits(
         head + "Max locked memory         65536                unlimited            bytes\n"
     ) == (
         64,
         None,
     )
     with pytest.raises(ValueError):
-        h.parse_proc_limits(head + "Max open files 1024 1024 files\n")
+        memlock.parse_proc_limits(head + "Max open files 1024 1024 files\n")
 
 
 def test_parse_limits_conf():
@@ -102,7 +105,7 @@ def test_parse_limits_conf():
         "# comment\n*  soft memlock 1024 # inline\n@gpu hard memlock unlimited\nroot - memlock infinity\n"
         "*  soft nofile 1024\n* soft memlock lots\n* bogus memlock 5\n"
     )
-    assert h.parse_limits_conf(text, "/etc/security/limits.conf") == [
+    assert memlock.parse_limits_conf(text, "/etc/security/limits.conf") == [
         {"path": "/etc/security/limits.conf", "domain": "*", "type": "soft", "value_kb": 1024},
         {"path": "/etc/security/limits.conf", "domain": "@gpu", "type": "hard", "value_kb": None},
         {"path": "/etc/security/limits.conf", "domain": "root", "type": "-", "value_kb": None},
@@ -459,9 +462,9 @@ def test_kernel_log_file_only_the_last_lines(tmp_path):
 def test_tail_file_reads_backwards(tmp_path):
     path = tmp_path / "big.log"
     path.write_text("".join(f"line {i}\n" for i in range(20000)))
-    got = h.tail_file(str(path), 5000, block=1000)
+    got = klog.tail_file(str(path), 5000, block=1000)
     assert len(got) == 5000 and got[0] == "line 15000" and got[-1] == "line 19999"
-    assert h.tail_file(str(path), 30000)[0] == "line 0"
+    assert klog.tail_file(str(path), 30000)[0] == "line 0"
 
 
 def test_kernel_log_other_file_and_none(healthy):
@@ -507,11 +510,11 @@ def test_dmesg_first_with_time_filter():
         "2024-05-31T23:30:00,000000+00:00 kernel: other\n"
     )
     run = FakeRun({"dmesg": (0, out, "")})
-    log = h.read_kernel_log(HostFS("/"), run, "auto", count=100, hours=24, now=NOW)
+    log = klog.read_kernel_log(HostFS("/"), run, "auto", count=100, hours=24, now=NOW)
     assert run.calls == [["dmesg", "--kernel", "--time-format", "iso"]]
     assert log["source"] == "dmesg" and log["error"] is None and log["lines_scanned"] == 2
     assert [x["code"] for x in log["xid"]] == [48]
-    log = h.read_kernel_log(HostFS("/"), run, "auto", count=1, hours=0, now=NOW)
+    log = klog.read_kernel_log(HostFS("/"), run, "auto", count=1, hours=0, now=NOW)
     assert log["lines_scanned"] == 1 and log["xid"] == []
 
 
@@ -526,7 +529,7 @@ def test_journal_when_dmesg_is_refused():
             ),
         }
     )
-    log = h.read_kernel_log(HostFS("/"), run, "auto", count=300, hours=6, now=NOW)
+    log = klog.read_kernel_log(HostFS("/"), run, "auto", count=300, hours=6, now=NOW)
     assert run.calls[1] == ["journalctl", "-k", "--no-pager", "-o", "short-iso", "-n", "300", "--since=-6h"]
     assert log["source"] == "journal" and log["error"] is None and log["lines_scanned"] == 1
     assert log["xid"][0]["code"] == 74 and log["xid"][0]["severity"] == "high"
@@ -539,7 +542,7 @@ def test_nothing_readable_is_source_none_with_the_reasons():
             "journalctl": (0, "-- No entries --\n", "No journal files were found.\n"),
         }
     )
-    log = h.read_kernel_log(HostFS("/"), run, "auto", count=10, hours=0, now=NOW)
+    log = klog.read_kernel_log(HostFS("/"), run, "auto", count=10, hours=0, now=NOW)
     assert run.calls[1][-1] == "10"  # no --since with hours=0
     assert log["source"] == "none" and log["lines_scanned"] == 0
     assert log["error"] == "dmesg: dmesg: command not found; journalctl: No journal files were found."
@@ -547,19 +550,19 @@ def test_nothing_readable_is_source_none_with_the_reasons():
 
 def test_explicit_source_keeps_its_name_on_error():
     run = FakeRun({"journalctl": (1, "", "Failed to open journal\n")})
-    log = h.read_kernel_log(HostFS("/"), run, "journal", now=NOW)
+    log = klog.read_kernel_log(HostFS("/"), run, "journal", now=NOW)
     assert log["source"] == "journal" and log["error"] == "journalctl: Failed to open journal"
     assert [c[0] for c in run.calls] == ["journalctl"]
 
 
 def test_auto_on_live_root_without_runner():
-    log = h.read_kernel_log(HostFS("/"), None, "auto", now=NOW)
+    log = klog.read_kernel_log(HostFS("/"), None, "auto", now=NOW)
     assert log["source"] == "none" and "cannot run" in log["error"]
 
 
 def test_bad_kernel_log_mode():
     with pytest.raises(ValueError, match="kernel_log must be one of"):
-        h.read_kernel_log(HostFS("/"), None, "syslog")
+        klog.read_kernel_log(HostFS("/"), None, "syslog")
 
 
 # ---------------------------------------------------------------- mkroot
@@ -646,18 +649,18 @@ def test_layout_matches_the_simulated_gpu_affinity():
     ],
 )
 def test_parse_systemd_limit(value, limits):
-    assert h.parse_systemd_limit(value) == limits
+    assert systemd_unit.parse_systemd_limit(value) == limits
 
 
 def test_parse_systemd_limit_rejects_junk():
     with pytest.raises(ValueError):
-        h.parse_systemd_limit("lots")
+        systemd_unit.parse_systemd_limit("lots")
 
 
 def test_unit_assignments_only_in_their_section_in_order():
     text = "[Unit]\nLimitMEMLOCK=1\n[Service]\n# LimitMEMLOCK=2\nLimitMEMLOCK=64M\n; x\n"
     text += "LimitMEMLOCK=\nLimitMEMLOCK=infinity\n"
-    assert h.unit_assignments(text, "Service", "LimitMEMLOCK") == ["64M", "", "infinity"]
+    assert systemd_unit.unit_assignments(text, "Service", "LimitMEMLOCK") == ["64M", "", "infinity"]
 
 
 def test_job_services_units_dropins_default_and_processes(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.tuning.plugins.filter.nic_targets import nic_targets
 from ansible_collections.gpufleet.tuning.plugins.filter.tcp_buffer_bytes import tcp_buffer_bytes
-from ansible_collections.gpufleet.tuning.plugins.module_utils import links, route_congctl, rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils import links, route_congctl, routes, rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, validate
 
 POLICY = {
@@ -170,9 +170,9 @@ def test_nic_targets_rings_only_where_the_audit_sees_drops():
 
 def test_route_commands_keep_the_path():
     route = {"dst": "198.51.100.0/24", "gateway": "10.9.0.1", "dev": "mg0", "metric": 100, "metrics": []}
-    assert links.route_congctl_of(route) is None
-    assert links.route_congctl_of({"metrics": [{"congestion": "bbr"}]}) == "bbr"
-    assert links.route_congctl_of({"metrics": [{"congctl": "lock cubic"}]}) == "cubic"
+    assert routes.route_congctl_of(route) is None
+    assert routes.route_congctl_of({"metrics": [{"congestion": "bbr"}]}) == "bbr"
+    assert routes.route_congctl_of({"metrics": [{"congctl": "lock cubic"}]}) == "cubic"
     argv = route_congctl.replace_argv("198.51.100.0/24", route, "bbr")
     assert argv == [
         "route",

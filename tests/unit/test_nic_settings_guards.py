@@ -1,6 +1,7 @@
-"""module_utils/nic_settings.py, issue 12 §3: the uplink guard's readers (routes, addresses, stacked devices, the SSH
-connection above a reset environment) over fixture /proc and /sys trees laid out like a bonded server (the lab
-kernel has no bonding module), and the systemd .link [Match] evaluator, file precedence and generated files.
+"""module_utils/uplink.py, routes.py, link_files.py and nic_settings.py (issue 12 §3): the uplink guard's readers
+(routes, addresses, stacked devices, the SSH connection above a reset environment) over fixture /proc and /sys
+trees laid out like a bonded server (the lab kernel has no bonding module), and the systemd .link [Match]
+evaluator, file precedence and generated files.
 
 The bond case the brief asks for: eth0 and eth1 are members of bond0, VLAN bond0.100 on top carries the default
 route -> both members are uplinks via bond0.100, eth2 is not; the two members share bond0's current MAC but have
@@ -13,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+from ansible_collections.gpufleet.tuning.plugins.module_utils import link_files, routes, systemd_unit, uplink
 from ansible_collections.gpufleet.tuning.plugins.module_utils import nic_settings as ns
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
@@ -87,8 +89,8 @@ def bonded_root(tmp_path: Path) -> Path:
 
 
 def test_default_route_readers():
-    assert ns.parse_proc_route(PROC_ROUTE) == {"bond0.100"}
-    assert ns.parse_proc_ipv6_route(PROC_IPV6_ROUTE) == {"eth3"}
+    assert routes.parse_proc_route(PROC_ROUTE) == {"bond0.100"}
+    assert routes.parse_proc_ipv6_route(PROC_IPV6_ROUTE) == {"eth3"}
     ip_json = """[
       {"type": "unreachable", "dst": "default", "table": "200", "flags": []},
       {"dst": "default", "gateway": "10.1.0.1", "dev": "eth4", "table": "100", "flags": []},
@@ -97,39 +99,43 @@ def test_default_route_readers():
       {"dst": "10.0.0.0/8", "dev": "eth7", "flags": []},
       {"type": "local", "dst": "127.0.0.1", "dev": "lo", "table": "local"}
     ]"""
-    assert ns.parse_ip_route_json(ip_json) == {"eth4", "eth5", "eth6"}
-    assert ns.parse_ip_route_json("not json") == set()
+    assert routes.parse_ip_route_json(ip_json) == {"eth4", "eth5", "eth6"}
+    assert routes.parse_ip_route_json("not json") == set()
 
 
 def test_bond_members_under_a_vlan_with_the_default_route_are_uplinks(tmp_path):
     fs = HostFS(str(bonded_root(tmp_path)))
-    assert ns.uppers(fs, "eth0") == ["bond0", "bond0.100"]
-    assert ns.uppers(fs, "eth2") == []
-    routes = ns.parse_proc_route(fs.read("/proc/net/route"))
+    assert uplink.uppers(fs, "eth0") == ["bond0", "bond0.100"]
+    assert uplink.uppers(fs, "eth2") == []
+    default_devs = routes.parse_proc_route(fs.read("/proc/net/route"))
     for member in ("eth0", "eth1"):
-        status = ns.uplink_status(member, ns.uppers(fs, member), routes, {}, None)
+        status = uplink.uplink_status(member, uplink.uppers(fs, member), default_devs, {}, None)
         assert status == {"default_route": True, "connection": False, "via": "bond0.100"}
-    assert ns.uplink_status("eth2", [], routes, {}, None) == {"default_route": False, "connection": False, "via": None}
+    assert uplink.uplink_status("eth2", [], default_devs, {}, None) == {
+        "default_route": False,
+        "connection": False,
+        "via": None,
+    }
     # The bond itself carries nothing directly here; its VLAN does.
-    assert ns.uplink_status("bond0", ns.uppers(fs, "bond0"), routes, {}, None)["via"] == "bond0.100"
+    assert uplink.uplink_status("bond0", uplink.uppers(fs, "bond0"), default_devs, {}, None)["via"] == "bond0.100"
 
 
 def test_connection_address_through_the_bond():
-    addrs = ns.parse_ip_addr_json(
+    addrs = uplink.parse_ip_addr_json(
         '[{"ifname": "bond0", "addr_info": [{"family": "inet", "local": "192.168.100.7", "prefixlen": 24}]},'
         ' {"ifname": "eth2", "addr_info": [{"family": "inet6", "local": "fd00::7", "prefixlen": 64}]}]'
     )
-    local = ns.ssh_local_address({"SSH_CONNECTION": "192.168.100.1 51234 192.168.100.7 22"})
+    local = uplink.ssh_local_address({"SSH_CONNECTION": "192.168.100.1 51234 192.168.100.7 22"})
     assert local == "192.168.100.7"
-    status = ns.uplink_status("eth1", ["bond0", "bond0.100"], set(), addrs, local)
+    status = uplink.uplink_status("eth1", ["bond0", "bond0.100"], set(), addrs, local)
     assert status == {"default_route": False, "connection": True, "via": "bond0"}
     # IPv6 written in full (/proc/net/if_inet6) and IPv4-mapped forms compare equal to the short forms.
-    inet6 = ns.parse_if_inet6("fd000000000000000000000000000007 05 40 00 80     eth2\n")
+    inet6 = uplink.parse_if_inet6("fd000000000000000000000000000007 05 40 00 80     eth2\n")
     assert inet6 == {"eth2": {"fd00::7"}}
-    assert ns.ssh_local_address({"SSH_CONNECTION": "fd00::1 2 fd00:0::7 22"}) == "fd00::7"
-    assert ns.ssh_local_address({"SSH_CONNECTION": "::ffff:10.0.0.1 2 ::ffff:10.0.0.7 22"}) == "10.0.0.7"
-    assert ns.ssh_local_address({}) is None
-    assert ns.uplink_status("eth2", [], set(), inet6, "fd00::7")["connection"] is True
+    assert uplink.ssh_local_address({"SSH_CONNECTION": "fd00::1 2 fd00:0::7 22"}) == "fd00::7"
+    assert uplink.ssh_local_address({"SSH_CONNECTION": "::ffff:10.0.0.1 2 ::ffff:10.0.0.7 22"}) == "10.0.0.7"
+    assert uplink.ssh_local_address({}) is None
+    assert uplink.uplink_status("eth2", [], set(), inet6, "fd00::7")["connection"] is True
 
 
 def test_ssh_connection_is_found_above_sudo(tmp_path):
@@ -148,8 +154,8 @@ def test_ssh_connection_is_found_above_sudo(tmp_path):
         if environ is not None:
             (proc / str(pid) / "environ").write_text(environ)
     fs = HostFS(str(tmp_path))
-    assert ns.ancestor_ssh_connection(fs, 300) == "10.0.0.1 40000 10.0.0.7 22"
-    assert ns.ancestor_ssh_connection(fs, 100) is None
+    assert uplink.ancestor_ssh_connection(fs, 300) == "10.0.0.1 40000 10.0.0.7 22"
+    assert uplink.ancestor_ssh_connection(fs, 100) is None
 
 
 # --- .link [Match] evaluator ---------------------------------------------------------------------------------------
@@ -187,27 +193,27 @@ MEMBER = {
     ],
 )
 def test_link_match(match, verdict):
-    assert ns.link_match(match, MEMBER)[0] == verdict
+    assert link_files.link_match(match, MEMBER)[0] == verdict
 
 
 def test_link_match_unknown_facts():
     facts = {"name": "gv0", "mac": "02:00:00:00:00:01", "driver": "veth", "path": None}
-    assert ns.link_match([("PermanentMACAddress", PERM["eth0"])], facts)[0] == "maybe"  # not read
-    assert ns.link_match([("Path", "pci-*")], facts)[0] == "no"  # a virtual NIC has no ID_PATH
-    assert ns.link_match([("Path", "!pci-*")], facts)[0] == "yes"
-    assert ns.link_match([("Property", "ID_BUS=usb")], facts) == (
+    assert link_files.link_match([("PermanentMACAddress", PERM["eth0"])], facts)[0] == "maybe"  # not read
+    assert link_files.link_match([("Path", "pci-*")], facts)[0] == "no"  # a virtual NIC has no ID_PATH
+    assert link_files.link_match([("Path", "!pci-*")], facts)[0] == "yes"
+    assert link_files.link_match([("Property", "ID_BUS=usb")], facts) == (
         "maybe",
         ["Property= (the udev database has no entry for the NIC)"],
     )
-    assert ns.link_match([("PermanentMACAddress", PERM["eth0"])], dict(facts, permanent_mac=None))[0] == "no"
+    assert link_files.link_match([("PermanentMACAddress", PERM["eth0"])], dict(facts, permanent_mac=None))[0] == "no"
     renamed = dict(MEMBER, renamed=True)  # name_assign_type 4: the kernel's name is not known
-    assert ns.link_match([("OriginalName", "eth1")], renamed)[0] == "maybe"
-    assert ns.link_match([("OriginalName", "*")], renamed)[0] == "yes"
+    assert link_files.link_match([("OriginalName", "eth1")], renamed)[0] == "maybe"
+    assert link_files.link_match([("OriginalName", "*")], renamed)[0] == "yes"
 
 
 def test_parse_unit_file():
     text = "# c\n[Match]\n; c\nOriginalName=eth0 \\\n  eth1\nDriver = ice\n\n[Link]\nNamePolicy=keep kernel\n"
-    assert ns.parse_unit_file(text) == {
+    assert systemd_unit.parse_unit_file(text) == {
         "Match": [("OriginalName", "eth0 eth1"), ("Driver", "ice")],
         "Link": [("NamePolicy", "keep kernel")],
     }
@@ -223,7 +229,7 @@ USB_LINK = "[Match]\nOriginalName=*\nProperty=ID_BUS=usb\n\n[Link]\nNamePolicy=d
 
 
 def _facts(fs, name):
-    return ns.link_facts(fs, name, "mlx5_core", f"0000:3b:00.{name[-1]}", PERM[name])
+    return link_files.link_facts(fs, name, "mlx5_core", f"0000:3b:00.{name[-1]}", PERM[name])
 
 
 def test_link_facts_from_sysfs_and_udev(tmp_path):
@@ -235,9 +241,9 @@ def test_link_facts_from_sysfs_and_udev(tmp_path):
         "properties": {"ID_BUS": "pci", "ID_NET_DRIVER": "mlx5_core"},
     }  # fmt: skip
     assert "properties" not in _facts(fs, "eth1")  # no udev database entry: Property= is "maybe"
-    bond = ns.link_facts(fs, "bond0", "bonding", None, None)
+    bond = link_files.link_facts(fs, "bond0", "bonding", None, None)
     assert bond["path"] is None and bond["type"] == "bond" and bond["permanent_mac"] is None
-    assert "permanent_mac" not in ns.link_facts(fs, "eth2", None, None, "unknown")
+    assert "permanent_mac" not in link_files.link_facts(fs, "eth2", None, None, "unknown")
 
 
 def test_bond_members_get_files_matching_only_themselves(tmp_path):
@@ -245,28 +251,28 @@ def test_bond_members_get_files_matching_only_themselves(tmp_path):
     members = {name: _facts(fs, name) for name in ("eth0", "eth1")}
     assert members["eth0"]["mac"] == members["eth1"]["mac"]
     for name, facts in members.items():
-        lines, how, note = ns.link_match_lines(facts)
+        lines, how, note = link_files.link_match_lines(facts)
         assert (lines, how, note) == ([f"PermanentMACAddress={PERM[name]}", "Driver=mlx5_core"], "PermanentMACAddress",
                                       None)  # fmt: skip
-        text = ns.link_file(name, lines, {"mtu": 9000})
-        parsed = ns.parse_unit_file(text)
+        text = link_files.link_file(name, lines, {"mtu": 9000})
+        parsed = systemd_unit.parse_unit_file(text)
         assert not [k for k, _v in parsed["Link"] if k in ("Name", "NamePolicy")]
         assert parsed["Link"] == [("MTUBytes", "9000")]
         # The file matches its own member and not the other one, whose current MAC is the same.
-        verdicts = {other: ns.link_match(parsed["Match"], members[other])[0] for other in members}
+        verdicts = {other: link_files.link_match(parsed["Match"], members[other])[0] for other in members}
         assert verdicts == {n: ("yes" if n == name else "no") for n in members}
 
 
 def test_fallback_without_permanent_mac():
-    lines, how, note = ns.link_match_lines({"name": "gv0", "driver": "veth", "permanent_mac": None})
+    lines, how, note = link_files.link_match_lines({"name": "gv0", "driver": "veth", "permanent_mac": None})
     assert (lines, how) == (["OriginalName=gv0", "Driver=veth"], "OriginalName")
     assert "no permanent MAC" in note
-    assert ns.link_match_lines({"name": "x0", "driver": None, "permanent_mac": None})[0] == ["OriginalName=x0"]
-    assert ns.parse_permanent_address("Permanent address: 00:00:00:00:00:00\n") is None
-    assert ns.parse_permanent_address("Permanent address: 0C:42:A1:00:00:02\n") == "0c:42:a1:00:00:02"
-    assert ns.parse_systemd_version("252\n") == 252
-    assert ns.parse_systemd_version("252.22-1~deb12u1\n") == 252
-    assert ns.parse_systemd_version("") is None
+    assert link_files.link_match_lines({"name": "x0", "driver": None, "permanent_mac": None})[0] == ["OriginalName=x0"]
+    assert link_files.parse_permanent_address("Permanent address: 00:00:00:00:00:00\n") is None
+    assert link_files.parse_permanent_address("Permanent address: 0C:42:A1:00:00:02\n") == "0c:42:a1:00:00:02"
+    assert link_files.parse_systemd_version("252\n") == 252
+    assert link_files.parse_systemd_version("252.22-1~deb12u1\n") == 252
+    assert link_files.parse_systemd_version("") is None
 
 
 def _write(path: Path, text: str):
@@ -283,7 +289,7 @@ def test_link_file_precedence_and_masking(tmp_path):
     _write(root / "run/systemd/network/10-netplan-eth0.link", "[Match]\nPermanentMACAddress=x\n")
     _write(root / "run/systemd/network/20-empty.link", "")  # masked too
     fs = HostFS(str(root))
-    assert ns.link_files(fs, ns.LINK_DIRS) == [
+    assert link_files.link_files(fs, link_files.LINK_DIRS) == [
         ("10-netplan-eth0.link", "/run/systemd/network/10-netplan-eth0.link"),
         ("99-default.link", "/etc/systemd/network/99-default.link"),  # /etc hides /usr/lib's file of that name
     ]
@@ -299,19 +305,19 @@ def test_neighbours_shadow_replace_and_legacy(tmp_path):
     _write(root / "run/systemd/network/10-netplan-eth0.link", netplan)
     # gpufleet 0.x files: MACAddress= (the shared MAC) + Name=.
     for member in ("eth0", "eth1"):
-        old = f"{ns.MANAGED_HEADER}\n[Match]\nMACAddress={BOND_MAC}\n\n[Link]\nName={member}\nMTUBytes=9000\n"
+        old = f"{link_files.MANAGED_HEADER}\n[Match]\nMACAddress={BOND_MAC}\n\n[Link]\nName={member}\nMTUBytes=9000\n"
         _write(root / f"etc/systemd/network/60-gpufleet-{member}.link", old)
     fs = HostFS(str(root))
 
-    eth0 = ns.link_neighbours(fs, ns.LINK_DIRS, ns.link_file_name("eth0"), _facts(fs, "eth0"))
+    eth0 = link_files.link_neighbours(fs, link_files.LINK_DIRS, link_files.link_file_name("eth0"), _facts(fs, "eth0"))
     assert eth0["shadowed_by"] == "/run/systemd/network/10-netplan-eth0.link"
     # eth0 has a udev entry (ID_BUS=pci): 73-usb-net-by-mac.link does not match; 99-default.link is replaced.
     assert eth0["replaces"] == ("/usr/lib/systemd/network/99-default.link",
-                                ns.parse_unit_file(DEFAULT_LINK)["Link"])  # fmt: skip
+                                systemd_unit.parse_unit_file(DEFAULT_LINK)["Link"])  # fmt: skip
     # 95-kind.link comes first after ours, but Kind= is not evaluated here: reported, not carried over.
     assert [p for p, _why in eth0["replaces_maybe"]] == ["/usr/lib/systemd/network/95-kind.link"]
 
-    eth1 = ns.link_neighbours(fs, ns.LINK_DIRS, ns.link_file_name("eth1"), _facts(fs, "eth1"))
+    eth1 = link_files.link_neighbours(fs, link_files.LINK_DIRS, link_files.link_file_name("eth1"), _facts(fs, "eth1"))
     # eth1's own old file is being replaced, but eth0's old file matches eth1 too (shared MAC): reported.
     assert eth1["shadowed_by"] == "/etc/systemd/network/60-gpufleet-eth0.link"
     # No udev entry for eth1: whether the (earlier) USB file matches cannot be told: reported as "maybe".
@@ -327,26 +333,28 @@ def test_drop_ins_of_the_replaced_file_are_carried_over(tmp_path):
     _write(tmp_path / "run/systemd/network/99-default.link.d/10-match.conf", "[Match]\nDriver=ice\n")
     fs = HostFS(str(tmp_path))
     facts = {"name": "eth1", "driver": "ice", "mac": BOND_MAC, "permanent_mac": PERM["eth1"], "path": None}
-    near = ns.link_neighbours(fs, ns.LINK_DIRS, ns.link_file_name("eth1"), facts)
+    near = link_files.link_neighbours(fs, link_files.LINK_DIRS, link_files.link_file_name("eth1"), facts)
     assert near["replaces"][1][-1] == ("NamePolicy", "path")  # /etc's drop-in hides /usr/lib's, applied last
     assert near["replaces_dropins"] == [
         "/run/systemd/network/99-default.link.d/10-match.conf",
         "/etc/systemd/network/99-default.link.d/50-names.conf",
     ]
-    text = ns.link_file("eth1", [], {"mtu": 9000}, near["replaces"][1], near["replaces"][0], None,
+    text = link_files.link_file("eth1", [], {"mtu": 9000}, near["replaces"][1], near["replaces"][0], None,
                         near["replaces_dropins"])  # fmt: skip
     assert text.index("NamePolicy=keep kernel") < text.index("NamePolicy=path\n")  # the later one wins in systemd
     # A drop-in's [Match] narrows the file: with Driver=ice it no longer applies to an mlx5 NIC.
-    other = ns.link_neighbours(fs, ns.LINK_DIRS, ns.link_file_name("eth1"), dict(facts, driver="mlx5_core"))
+    other = link_files.link_neighbours(
+        fs, link_files.LINK_DIRS, link_files.link_file_name("eth1"), dict(facts, driver="mlx5_core")
+    )
     assert other["replaces"] is None
 
 
 def test_naming_carried_over_from_the_replaced_file():
-    inherited = ns.parse_unit_file(DEFAULT_LINK + "MTUBytes=1500\nWakeOnLan=off\n")["Link"]
-    text = ns.link_file(
+    inherited = systemd_unit.parse_unit_file(DEFAULT_LINK + "MTUBytes=1500\nWakeOnLan=off\n")["Link"]
+    text = link_files.link_file(
         "eth1", [f"PermanentMACAddress={PERM['eth1']}"], {"mtu": 9000}, inherited, "/usr/lib/99-default.link"
     )
-    link = ns.parse_unit_file(text)["Link"]
+    link = systemd_unit.parse_unit_file(text)["Link"]
     assert link == [
         ("NamePolicy", "keep kernel database onboard slot path"),
         ("AlternativeNamesPolicy", "database onboard slot path"),
@@ -355,7 +363,7 @@ def test_naming_carried_over_from_the_replaced_file():
         ("MTUBytes", "9000"),  # ours, not the replaced file's 1500
     ]
     assert "# Carried over from /usr/lib/99-default.link" in text
-    assert ns.link_file_name("eth1") < "99-default.link" and ns.link_file_name("eth1") > "10-netplan-eth1.link"
+    assert "10-netplan-eth1.link" < link_files.link_file_name("eth1") < "99-default.link"
 
 
 # --- plan(): rings (ethtool -G) and channels (ethtool -L), counts below a maximum ----------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback
-from ansible_collections.gpufleet.tuning.plugins.module_utils.links import route_argv
+from ansible_collections.gpufleet.tuning.plugins.module_utils.routes import route_argv
 
 # As `ip -j route show exact 198.51.100.0/24` prints it (iproute2 6.x).
 OWN = {

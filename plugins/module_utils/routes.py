@@ -1,0 +1,129 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Routes: which devices carry a default route (/proc/net/route, /proc/net/ipv6_route, ``ip -j route``), a
+route's congestion control, and the ``ip route`` arguments that re-create a route as ``ip -j route`` shows it (one
+builder for route_congctl and rollback)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+# Route types that do not send traffic out of a device (rtnetlink(7) RTN_*).
+_NOT_FORWARDING = ("unreachable", "blackhole", "prohibit", "throw")
+RTF_UP, RTF_REJECT = 0x0001, 0x0200
+
+
+def parse_proc_route(text):
+    """Devices with an IPv4 default route in /proc/net/route (main table): destination and mask 00000000."""
+    devs = set()
+    for line in (text or "").splitlines()[1:]:
+        f = line.split()
+        if len(f) >= 8 and f[1] == "00000000" and f[7] == "00000000":
+            try:
+                flags = int(f[3], 16)
+            except ValueError:
+                continue
+            if flags & RTF_UP and not flags & RTF_REJECT:
+                devs.add(f[0])
+    return devs
+
+
+def parse_proc_ipv6_route(text):
+    """Devices with an IPv6 default route (::/0) in /proc/net/ipv6_route (every table). Reject routes (the
+    kernel's "unreachable ::/0 dev lo") do not count."""
+    devs = set()
+    for line in (text or "").splitlines():
+        f = line.split()
+        if len(f) >= 10 and f[0] == "0" * 32 and f[1] == "00":
+            try:
+                flags = int(f[8], 16)
+            except ValueError:
+                continue
+            if flags & RTF_UP and not flags & RTF_REJECT and f[9] != "lo":
+                devs.add(f[9])
+    return devs
+
+
+def parse_ip_route_json(text):
+    """Devices with a default route in ``ip -j route show table all`` output (policy-routing tables too)."""
+    try:
+        routes = json.loads(text or "[]")
+    except ValueError:
+        return set()
+    devs = set()
+    for route in routes if isinstance(routes, list) else []:
+        if not isinstance(route, dict) or route.get("dst") not in ("default", "0.0.0.0/0", "::/0"):
+            continue
+        if route.get("type") in _NOT_FORWARDING:
+            continue
+        for hop in [route] + list(route.get("nexthops") or []):
+            if isinstance(hop, dict) and hop.get("dev") and hop.get("dev") != "lo":
+                devs.add(hop["dev"])
+    return devs
+
+
+def route_congctl_of(route):
+    """The congestion control of a route from `ip -j route` (iproute2 prints it as congestion or congctl), or None."""
+    for metric in route.get("metrics") or []:
+        if isinstance(metric, dict):
+            for key in ("congestion", "congctl"):
+                if metric.get(key):
+                    return str(metric[key]).split()[-1]  # "lock bbr" -> "bbr"
+    return None
+
+
+# Route metrics (ip-route(8) "OPTIONS") that `ip -j route` prints as plain numbers and `ip route` takes back as
+# such; congestion control is passed on its own. Time metrics (rtt, rttvar, rto_min) are left out: ip prints them in
+# a unit it does not read back the same way.
+ROUTE_METRICS = ("mtu", "advmss", "window", "cwnd", "initcwnd", "initrwnd", "ssthresh", "reordering", "hoplimit")
+
+
+def route_argv(verb, prefix, route, congestion_control=None, metrics=True):
+    """`ip route VERB PREFIX ...` arguments for a route as `ip -j route` shows it: gateway, device, protocol, scope,
+    metric, source and (with ``metrics``) its numeric metrics, then ``congctl`` when given. One builder for
+    route_congctl (replace, keeping the route's path) and rollback (replace as it was, or del what a run created)."""
+    argv = ["route", verb, prefix]
+    if route.get("gateway"):
+        argv += ["via", route["gateway"]]
+    if route.get("dev"):
+        argv += ["dev", route["dev"]]
+    if route.get("protocol"):
+        argv += ["proto", str(route["protocol"])]
+    if route.get("scope") and route["scope"] != "global":
+        argv += ["scope", str(route["scope"])]
+    if route.get("metric") is not None:
+        argv += ["metric", str(route["metric"])]
+    if route.get("prefsrc"):
+        argv += ["src", route["prefsrc"]]
+    if metrics:
+        for item in route.get("metrics") or []:
+            if isinstance(item, dict):
+                for name in ROUTE_METRICS:
+                    if isinstance(item.get(name), int) and not isinstance(item.get(name), bool):
+                        argv += [name, str(item[name])]
+    if congestion_control:
+        argv += ["congctl", congestion_control]
+    return argv
+
+
+def read_route_congctl(run, prefixes):
+    """{prefix: congestion control of the main table's own route to it, or None} (`ip -j route show exact`).
+
+    ``run(argv) -> (rc, stdout, stderr)``. A prefix without a route of its own, or whose route cannot be read, maps
+    to None (its connections follow a wider route, which has no per-route congestion control for it).
+    """
+    out = {}
+    for prefix in prefixes or []:
+        family = "-6" if ":" in prefix else "-4"
+        rc, stdout, _stderr = run(["ip", "-j", family, "route", "show", "exact", prefix])
+        routes = None
+        if rc == 0:
+            try:
+                routes = json.loads(stdout or "[]")
+            except ValueError:
+                routes = None
+        out[prefix] = route_congctl_of(routes[0]) if routes and isinstance(routes[0], dict) else None
+    return out
