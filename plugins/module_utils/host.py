@@ -570,7 +570,7 @@ def collect(fs, run=None, sample_seconds=1.0, kernel_log="auto", kernel_log_line
         "kernel": read_kernel(fs, unsupported),
         "os": read_os(fs, unsupported),
         "kernel_log": klog.read_kernel_log(fs, run, kernel_log, kernel_log_file, kernel_log_lines,
-                                      kernel_log_since_hours, now),
+                                           kernel_log_since_hours, now),
     }
 
     memory = host["memory"]
