@@ -13,12 +13,39 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import AREA
 STATUSES = ("pass", "fail", "warn", "skip", "error")
 
 
+class RoleVar:
+    """A role's public variable that takes the place of what the policy asks for (the remediation report lists each
+    one that is set). ``key``: the target key the value is given to (the rule's ``target`` reads it from ``given``);
+    ``policy_key``: the dotted policy key it replaces."""
+
+    def __init__(self, variable, key, policy_key):
+        self.variable = variable
+        self.key = key
+        self.policy_key = policy_key
+
+
 class Rule:
     """One catalog entry. ``references``: ``(title, where)`` pairs from ``rules.sources`` (vendor or kernel
-    documentation, or the bench script behind a threshold of ours); every rule has at least one."""
+    documentation, or the bench script behind a threshold of ours); every rule has at least one.
+
+    A rule fixed by a role (``role``) has a ``target(facts, policy, given)``: what the role must set, as a dict of the
+    role's target keys, computed from the same facts and policy the check judges (``given``: the values of the
+    rule's ``role_vars`` the user set, by key). ``module_utils/targets.py`` runs them for the remediation."""
 
     def __init__(
-        self, rule_id, area, severity, title, rationale, check, role=None, manual=None, references=(), policy_keys=()
+        self,
+        rule_id,
+        area,
+        severity,
+        title,
+        rationale,
+        check,
+        role=None,
+        manual=None,
+        references=(),
+        policy_keys=(),
+        target=None,
+        role_vars=(),
     ):
         if area not in AREAS:
             raise ValueError("unknown area %r" % (area,))
@@ -36,6 +63,10 @@ class Rule:
         self.references = tuple(references)
         # The policy keys the check reads (dotted, as `gpufleet policy` lists them): grep a key to find its rules.
         self.policy_keys = tuple(policy_keys)
+        if target is not None and role is None:
+            raise ValueError("rule %s: a target needs the role that applies it" % rule_id)
+        self.target = target
+        self.role_vars = tuple(role_vars)
 
     def describe(self):
         return {

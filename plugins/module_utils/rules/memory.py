@@ -10,6 +10,7 @@ __metaclass__ = type
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
     Rule,
+    RoleVar,
     get_in,
     gpu_indexes,
     host_fact,
@@ -95,6 +96,11 @@ def check_swappiness(facts, pol):
     limit = pol["memory"]["max_swappiness"]
     status = "fail" if value > limit else "pass"
     return result(status, value, "<= %d" % limit, "vm.swappiness is %d" % value)
+
+
+def target_swappiness(facts, pol, given):
+    """HOST-MEM-002's fix: vm.swappiness at most the policy's maximum (host_tuning keeps an owner's lower value)."""
+    return {"swappiness": given.get("swappiness", pol["memory"]["max_swappiness"])}
 
 
 def check_thp(facts, pol):
@@ -341,6 +347,8 @@ RULES = (
         "HOST-MEM-001 (high), and a host without swap passes.",
         check_swappiness,
         role="host_tuning",
+        target=target_swappiness,
+        role_vars=(RoleVar("host_tuning_swappiness", "swappiness", "memory.max_swappiness"),),
         policy_keys=("memory.max_swappiness",),
         references=(sources.KERNEL_VM_SYSCTL,),
     ),
