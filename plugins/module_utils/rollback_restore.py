@@ -19,7 +19,8 @@ import re
 import time
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_settings as gs
-from ansible_collections.gpufleet.tuning.plugins.module_utils import nic, nic_settings, nvml, rollback, routes, sysctl
+from ansible_collections.gpufleet.tuning.plugins.module_utils import nic, nic_settings, nvml, programs
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback, routes, sysctl
 from ansible_collections.gpufleet.tuning.plugins.module_utils.ethtool import Ethtool
 from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
@@ -137,13 +138,9 @@ def restore_route(module, entry):
     ip_bin = module.get_bin_path("ip", required=True)
     prefix = entry["prefix"]
     family = "-6" if entry["family"] == "inet6" else "-4"
-    rc, out, err = module.run_command([ip_bin, "-j", family, "route", "show", "exact", prefix], environ_update=_C)
-    try:
-        shown = json.loads(out or "[]") if rc == 0 else None
-    except ValueError:
-        shown = None
+    shown, why = routes.show_exact(programs.runner(module), prefix, ip_bin)
     if shown is None:
-        module.fail_json(msg="restoring route %s: cannot read it: %s" % (prefix, (err or out).strip()))
+        module.fail_json(msg="restoring route %s: cannot read it: %s" % (prefix, why))
     current = shown[0] if shown else None
     was = entry.get("route")
     if was is None:

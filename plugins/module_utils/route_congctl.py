@@ -12,11 +12,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ipaddress
-import json
 import os
 import re
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback, routes
+from ansible_collections.gpufleet.tuning.plugins.module_utils import programs, rollback, routes
 from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 
 UNIT_NAME = "gpufleet-route-congctl.service"
@@ -85,19 +84,11 @@ class RouteCongctl:
         self.module = module
         self.networks = networks
         self.ip_bin = ip_bin
+        self.run = programs.runner(module)
         self.cc = module.params["congestion_control"]
         self.routes, self.argvs, self.unrouted, self.records = [], [], [], []
         self.unit = {"path": None, "changed": False}
         self.unit_old = self.unit_new = None
-
-    def _ip_json(self, argv):
-        rc, out, err = self.module.run_command([self.ip_bin, "-j"] + argv, environ_update={"LC_ALL": "C"})
-        if rc != 0:
-            return None, (err or out).strip()
-        try:
-            return json.loads(out or "[]"), None
-        except ValueError as exc:
-            return None, "unreadable output of ip -j %s: %s" % (" ".join(argv), exc)
 
     def plan(self):
         # Plan every prefix first: nothing changes unless every route could be read.
@@ -119,14 +110,14 @@ class RouteCongctl:
 
     def _plan_route(self, net):
         prefix = str(net)
-        family = "-6" if net.version == 6 else "-4"
-        exact, err = self._ip_json([family, "route", "show", "exact", prefix])
+        exact, err = routes.show_exact(self.run, prefix, self.ip_bin)
         if exact is None:
             self.module.fail_json(msg="prefixes: cannot read the route to %s: %s" % (prefix, err))
         if exact:
             route = exact[0]
         else:
-            got, err = self._ip_json([family, "route", "get", str(net.network_address)])
+            get = [routes.ip_family(prefix), "route", "get", str(net.network_address)]
+            got, err = routes.ip_json(self.run, get, self.ip_bin)
             if not got:
                 self.unrouted.append({"prefix": prefix, "error": err})
                 return

@@ -109,21 +109,44 @@ def route_argv(verb, prefix, route, congestion_control=None, metrics=True):
     return argv
 
 
+def ip_family(prefix):
+    """The ``ip`` family option for a prefix: -6 for an IPv6 network, -4 otherwise."""
+    return "-6" if ":" in prefix else "-4"
+
+
+def ip_json(run, argv, ip="ip"):
+    """``ip -j ARGV`` run through ``run(argv) -> (rc, stdout, stderr)`` (programs.runner), parsed.
+
+    Returns (routes, None), routes a list of route dicts (empty when there is none), or (None, why) when ip fails
+    or prints something that is not a JSON list of routes. The one error shape of every ``ip -j route`` read.
+    """
+    argv = list(argv)
+    rc, out, err = run([ip, "-j"] + argv)
+    if rc != 0:
+        return None, (err or out).strip() or "ip -j %s: exit status %s" % (" ".join(argv), rc)
+    try:
+        shown = json.loads(out or "[]")
+    except ValueError as exc:
+        return None, "unreadable output of ip -j %s: %s" % (" ".join(argv), exc)
+    if not isinstance(shown, list) or not all(isinstance(route, dict) for route in shown):
+        return None, "unreadable output of ip -j %s: not a list of routes" % " ".join(argv)
+    return shown, None
+
+
+def show_exact(run, prefix, ip="ip"):
+    """The main table's own routes to ``prefix`` (``ip -j route show exact PREFIX``): (routes, None) or
+    (None, why), as ip_json. An empty list: no route of its own (its connections follow a wider route)."""
+    return ip_json(run, [ip_family(prefix), "route", "show", "exact", prefix], ip)
+
+
 def read_route_congctl(run, prefixes):
-    """{prefix: congestion control of the main table's own route to it, or None} (`ip -j route show exact`).
+    """{prefix: congestion control of the main table's own route to it, or None} (show_exact).
 
     ``run(argv) -> (rc, stdout, stderr)``. A prefix without a route of its own, or whose route cannot be read, maps
     to None (its connections follow a wider route, which has no per-route congestion control for it).
     """
     out = {}
     for prefix in prefixes or []:
-        family = "-6" if ":" in prefix else "-4"
-        rc, stdout, _stderr = run(["ip", "-j", family, "route", "show", "exact", prefix])
-        routes = None
-        if rc == 0:
-            try:
-                routes = json.loads(stdout or "[]")
-            except ValueError:
-                routes = None
-        out[prefix] = route_congctl_of(routes[0]) if routes and isinstance(routes[0], dict) else None
+        shown, _why = show_exact(run, prefix)
+        out[prefix] = route_congctl_of(shown[0]) if shown else None
     return out
