@@ -11,36 +11,19 @@ validates the layers on the host (once per host per play) and computes every rol
 from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
-from ansible_collections.gpufleet.tuning.plugins.module_utils import policy, targets
-from ansible_collections.gpufleet.tuning.plugins.plugin_utils.fleet import plain
-
-MODULE = "gpufleet.tuning.remediation_targets"
+from ansible_collections.gpufleet.tuning.plugins.module_utils import targets
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils.policy_layers import PolicyLayersAction, host_values
 
 
-def host_values(templar, task_vars, names):
-    """``{name: plain value}`` of the host variables ``names`` that are defined (templated)."""
-    out = {}
-    for name in names:
-        if name in task_vars:
-            out[name] = plain(templar.template(task_vars[name]))
-    return out
+class ActionModule(PolicyLayersAction):
+    MODULE = "gpufleet.tuning.remediation_targets"
 
-
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
-
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        args = dict(self._task.args)
+    def module_args(self, task_vars):
         for key in ("policy", "role_vars"):
-            if key in args:
-                raise AnsibleActionFail("%s is filled in by the action plugin from the host's variables; do not pass it"
-                                        % key)
-        layers = host_values(self._templar, task_vars, policy.LAYERS)
-        args["policy"] = [layers.get(name) or {} for name in policy.LAYERS]
+            if key in self._task.args:
+                raise AnsibleActionFail(
+                    "%s is filled in by the action plugin from the host's variables; do not pass it" % key
+                )
+        args = super().module_args(task_vars)
         args["role_vars"] = host_values(self._templar, task_vars, targets.role_variables())
-        result.update(self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars))
-        return result
+        return args
