@@ -28,7 +28,8 @@ from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report.schema impo
 # What a run's outcome means for the caller, the same for `gpufleet audit` (its exit code) and for
 # `ansible-playbook playbooks/audit.yml` (the run fails): hosts not audited, then findings at or above fail_on.
 VERDICT_OK, VERDICT_FINDINGS, VERDICT_HOSTS = 0, 1, 2
-VERSION = "0.1.0"
+# The report's generator: galaxy.yml's version, the CLI's too (tests/unit/test_versions.py).
+VERSION = "0.2.0"
 
 
 def plain(value: Any, decrypt: Callable[[Any], str] | None = None) -> Any:

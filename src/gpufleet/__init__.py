@@ -1,3 +1,4 @@
 """gpufleet: audit and tune fleets of NVIDIA GPU servers."""
 
-__version__ = "0.1.0"
+# The version galaxy.yml gives the collection (pyproject.toml reads it from here; tests/unit/test_versions.py).
+__version__ = "0.2.0"
