@@ -11,6 +11,8 @@ ansible.builtin.linear and under gpufleet.tuning.linear (plugins/strategy/linear
   audit+report   playbooks/audit.yml as shipped (the report task reads every result and writes four files)
   echo-wait      echo, answering after the audit's median module wall time in this round: what waiting on slow
                  hosts costs the controller
+  audit+report-full  the shipped playbook with the audit's result in the full shape (`result: full`: every value
+                 its own) instead of its compact one (one JSON string): what the compact shape saves
 
 Controller CPU = CPU of the whole run (wait4 of its process tree) less that of the module processes (each runs
 under /usr/bin/time through a wrapper interpreter), per host. With the local connection the module processes share
@@ -50,7 +52,7 @@ STRATEGY_BASES = {
     "ansible.builtin.linear": "ansible.plugins.strategy.linear",
     "gpufleet.tuning.linear": "ansible_collections.gpufleet.tuning.plugins.strategy.linear",
 }
-CONTENDERS = ("ping", "echo", "audit", "audit+report", "echo-wait")
+CONTENDERS = ("ping", "echo", "audit", "audit+report", "echo-wait", "audit+report-full")
 
 ECHO_MODULE = """\
 #!/usr/bin/python
@@ -208,6 +210,10 @@ def _plays(tmp: Path, recorded: Path) -> dict[str, Path]:
     out["audit"] = tmp / "audit-without-report.yml"
     out["audit"].write_text(shipped[:cut])
     out["audit+report"] = scale.AUDIT_PLAYBOOK
+    if "result: compact" not in shipped:
+        raise SystemExit(f"{scale.AUDIT_PLAYBOOK}: no `result: compact` to turn into the full shape")
+    out["audit+report-full"] = tmp / "audit-full.yml"
+    out["audit+report-full"].write_text(shipped.replace("result: compact", "result: full"))
     return out
 
 

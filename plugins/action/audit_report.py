@@ -39,7 +39,8 @@ def _policy_site(hostvars, name):
 
 
 def _registered(hostvars, name, var):
-    """The host's registered audit result as the module returned it, or None.
+    """The host's registered audit result as the module returned it (full or compact: ``fleet.expand`` reads both,
+    decoding a compact one once), or None.
 
     Read untemplated (``hostvars.raw_get``): a module's result holds data, not templates, and templating each
     host's ~50 KB result through ``hostvars[name]`` cost more controller CPU than building the report (profiled
@@ -69,7 +70,7 @@ class ActionModule(ActionBase):
         results, sites = {}, {}
         for name in names:
             results[str(name)] = res = _registered(hostvars, name, var)
-            if not (isinstance(res, dict) and "findings" in res and not res.get("failed")):
+            if not fleet.answered(res):
                 sites[str(name)] = _policy_site(hostvars, name)
         sources = task_vars.get("ansible_inventory_sources") or []
         report = fleet.build_report(

@@ -23,10 +23,44 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import Host
 
 GATHER = ("gpu", "host", "network")
 
+# The shapes the audit module returns its result in (its ``result`` option). ``full``: every part as its own value
+# (facts, links, findings, policy), what a user's own play reads. ``compact``: those four parts as one JSON string
+# (``audit_json``) beside the small ``summary`` and ``policy_digest``: ansible-core copies a result value by value
+# (the registered variable, the callbacks' copy, the stdout callback's), so ~4,700 values cost the controller more
+# than one string of the same bytes; the report decodes it once (``plugin_utils/fleet.expand``).
+RESULT_SHAPES = ("full", "compact")
+PACKED = ("facts", "links", "findings", "policy")
+
 
 def policy_digest(policy):
     """One digest of the policy a host was judged by (`gpufleet report diff` tells a policy change from a fix)."""
     return "sha256:" + hashlib.sha256(json.dumps(policy, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def module_result(result, policy, include_facts=True, shape="full"):
+    """What the audit module returns for ``result`` (``run``'s answer) judged by ``policy``, in ``shape``
+    (``RESULT_SHAPES``); ``include_facts`` False returns empty facts."""
+    full = {
+        "facts": result["facts"] if include_facts else {},
+        "links": result["links"],
+        "findings": result["findings"],
+        "policy": policy,
+    }
+    small = {"summary": result["summary"], "policy_digest": result["policy_digest"]}
+    if shape == "compact":
+        small["audit_json"] = json.dumps(full, separators=(",", ":"), default=_json_default)
+        return small
+    full.update(small)
+    return full
+
+
+def _json_default(value):
+    """What the module's own JSON encoder makes of the values plain JSON lacks (sets, tuples are lists already)."""
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    raise TypeError("not JSON serializable: %r" % type(value).__name__)
 
 
 def run(module, policy, root="/", gather=GATHER, interfaces=None, sample_seconds=1.0, kernel_log="auto",

@@ -18,7 +18,8 @@ description:
     connects to named peers), and evaluates every rule of the catalog on the target.
   - "One call per host: on links with 150-250 ms of latency the audit costs one round trip, not one per setting."
   - Returns facts, findings (one per rule, with status pass, fail, warn, skip or error), counts, and the
-    effective policy. It never changes anything.
+    effective policy (with O(result=compact), facts, links, findings and policy in one JSON string). It never
+    changes anything.
 author:
   - gpufleet contributors (@gpufleet)
 options:
@@ -41,6 +42,22 @@ options:
     description: Return the gathered facts as well as the findings.
     type: bool
     default: true
+  result:
+    description:
+      - The shape of the result. V(full) returns C(facts), C(links), C(findings) and C(policy) as values of their
+        own, for a play that reads them (C(audit.findings)).
+      - V(compact) returns those four as one JSON string, C(audit_json), beside C(summary) and C(policy_digest)
+        (the same data, for the controller to decode once). ansible-core copies a registered result value by value
+        several times on the controller, so one string of ~50 KB costs it less than ~4,700 values (see
+        C(docs/benchmarks.md)). C(playbooks/audit.yml) and C(gpufleet audit) use it; M(gpufleet.tuning.audit_report)
+        reads either shape.
+      - "A play reads a compact result's parts with C(from_json): C(audit.audit_json | from_json) is the full
+        result's C(facts), C(links), C(findings) and C(policy); decode it once (C(set_fact)) rather than in every
+        task that reads it."
+    type: str
+    choices: [full, compact]
+    default: full
+    version_added: "0.2.0"
   root:
     description: Root of the file system that C(/proc), C(/sys), C(/etc) and C(/usr/local) are read from.
     type: path
@@ -110,6 +127,15 @@ EXAMPLES = r"""
       network:
         min_mtu: 9000
 
+- name: Audit in the compact shape (what playbooks/audit.yml does), then read its findings once
+  gpufleet.tuning.audit:
+    result: compact
+  register: audit_compact
+
+- name: Decode the compact result once
+  ansible.builtin.set_fact:
+    audit_findings: "{{ (audit_compact.audit_json | from_json).findings }}"
+
 - name: Fail the play when a critical finding is present
   ansible.builtin.assert:
     that: audit.summary.by_severity.critical == 0
@@ -127,11 +153,18 @@ facts:
   description: >-
     C(gpu) (as gpu_info returns it), C(host) (as host_info returns C(host)), C(network) (as nic_info returns
     C(network)).
-  returned: when include_facts is true
+  returned: when result is full (the default) and include_facts is true
   type: dict
+audit_json:
+  description: >-
+    The full result's C(facts), C(links), C(findings) and C(policy), as one JSON object in a string (compact, no
+    spaces); C(audit_json | from_json) gives them back, value for value.
+  returned: when result is compact
+  type: str
+  version_added: "0.2.0"
 links:
   description: The host's long-haul links and where they came from.
-  returned: always
+  returned: when result is full (the default)
   type: dict
   contains:
     source:
@@ -150,7 +183,7 @@ links:
       elements: dict
 findings:
   description: One finding per rule of the catalog.
-  returned: always
+  returned: when result is full (the default)
   type: list
   elements: dict
   contains:
@@ -170,7 +203,7 @@ summary:
   type: dict
 policy:
   description: The effective policy (defaults merged with the C(policy) option).
-  returned: always
+  returned: when result is full (the default)
   type: dict
 """
 
@@ -188,6 +221,7 @@ def main():
         gather=dict(type="list", elements="str", choices=["gpu", "host", "network"],
                     default=["gpu", "host", "network"]),
         include_facts=dict(type="bool", default=True),
+        result=dict(type="str", default="full", choices=list(audit_core.RESULT_SHAPES)),
         interfaces=dict(type="list", elements="str"),
         sample_seconds=dict(type="float", default=1.0),
         kernel_log=dict(type="str", default="auto", choices=["auto", "dmesg", "journal", "file", "none"]),
@@ -228,15 +262,8 @@ def main():
                             kernel_log_since_hours=params["kernel_log_since_hours"], ethtool=ethtool_path,
                             peer_timeout=params["peer_timeout"])
 
-    module.exit_json(
-        changed=False,
-        facts=result["facts"] if params["include_facts"] else {},
-        links=result["links"],
-        findings=result["findings"],
-        summary=result["summary"],
-        policy_digest=result["policy_digest"],
-        policy=policy,
-    )
+    module.exit_json(changed=False, **audit_core.module_result(result, policy, include_facts=params["include_facts"],
+                                                             shape=params["result"]))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ the ``gpufleet`` CLI (for a partial report when a run is interrupted).
 
 from __future__ import annotations
 
+import json
 import socket
 import uuid
 from datetime import datetime, timezone
@@ -51,6 +52,37 @@ def plain(value: Any, decrypt: Callable[[Any], str] | None = None) -> Any:
     if isinstance(value, float):
         return float(value)
     return str(value)
+
+
+# The key of the audit module's compact result (``result: compact``): facts, links, findings and policy in one JSON
+# string (module_utils/audit_core.module_result).
+PACKED_KEY = "audit_json"
+
+
+def expand(result: Any) -> Any:
+    """A registered audit result in the full shape, as plain JSON types: a compact one's ``audit_json`` decoded (the
+    one decoding, on the controller) into ``facts``, ``links``, ``findings`` and ``policy``; a full one copied
+    (``plain``). A string that is not a JSON object makes the result a failed one that says so; anything other than
+    a dict is returned as it is."""
+    if not isinstance(result, dict):
+        return result
+    if PACKED_KEY not in result:
+        return plain(result)
+    out = plain({k: v for k, v in result.items() if k != PACKED_KEY})
+    try:
+        parts = json.loads(str(result[PACKED_KEY]))
+    except ValueError as exc:
+        parts = exc
+    if not isinstance(parts, dict):
+        why = parts if isinstance(parts, ValueError) else "not a JSON object"
+        return {**out, "failed": True, "msg": f"{PACKED_KEY}: the compact audit result cannot be read: {why}"}
+    out.update(parts)
+    return out
+
+
+def answered(result: Any) -> bool:
+    """Whether a registered result is an audit's answer (either shape), not a failure."""
+    return isinstance(result, dict) and ("findings" in result or PACKED_KEY in result) and not result.get("failed")
 
 
 def host_site(host_vars: Any, overrides: dict | None = None) -> str | None:
@@ -106,7 +138,7 @@ def host_entry(
         # Read only the period: the rest of `timedout` is deprecated and warns when touched.
         period = timedout.get("period") if isinstance(timedout, dict) else None
         return _down("timeout", "no answer within the per-host timeout (gpufleet_host_timeout = %s s)" % period, site)
-    result = plain(result)
+    result = expand(result)
     if result.get("unreachable"):
         status = "unreachable"
     elif result.get("failed") or "findings" not in result:

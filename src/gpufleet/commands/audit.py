@@ -81,14 +81,26 @@ class Progress:
             if res.get("timedout"):
                 what = "timeout"
         else:
-            statuses = [f.get("status") for f in res.get("findings") or []]
-            what = f"{statuses.count('fail')} fail, {statuses.count('warn')} warn"
+            fails, warns = counts(res)
+            what = f"{fails} fail, {warns} warn"
         line = f"[{self.done}/{self.total}] {data.get('host')}: {what} (failed hosts so far: {self.failed})"
         if self.stream is not False:
             try:
                 print(clean(line), file=self.stream or sys.stderr, flush=True)  # the host's name as it came
             except (BrokenPipeError, ValueError):  # stderr's reader went away (or was closed): carry on quietly
                 self.stream = False
+
+
+def counts(res: dict[str, Any]) -> tuple[int, int]:
+    """Failing and warning findings of a host's audit result, full (``findings``) or compact (its ``summary``)."""
+    if "findings" in res:
+        statuses = [f.get("status") for f in res.get("findings") or [] if isinstance(f, dict)]
+        return statuses.count("fail"), statuses.count("warn")
+    summary = res.get("summary")
+    by_status = summary.get("by_status") if isinstance(summary, dict) else None
+    by_status = by_status if isinstance(by_status, dict) else {}
+    fails, warns = (by_status.get(key) for key in ("fail", "warn"))
+    return tuple(n if isinstance(n, int) and not isinstance(n, bool) else 0 for n in (fails, warns))
 
 
 def partial_report(args: argparse.Namespace, out: Path, result, host_names: list[str], started_at: str) -> dict:
