@@ -84,12 +84,14 @@ def compute(facts, policy, role_vars=None, roles=ROLES, catalog=None):
         for rv in rule.role_vars:
             if rv.variable not in role_vars or any(o["variable"] == rv.variable for o in overrides):
                 continue
-            value, found = _dotted(policy, rv.policy_key)
+            # A policy_key may depend on the policy (GPU-PWR-002: power.limit_w, limit_pct or min_power_limit_pct).
+            key = rv.policy_key(policy) if callable(rv.policy_key) else rv.policy_key
+            value, found = _dotted(policy, key)
             overrides.append(
                 {
                     "variable": rv.variable,
                     "value": role_vars[rv.variable],
-                    "policy_key": rv.policy_key,
+                    "policy_key": key,
                     "policy_value": value if found else plain.get(rv.key),
                 }
             )

@@ -42,6 +42,8 @@ PLAY = """
     - name: OS family
       ansible.builtin.setup:
         gather_subset: [min]
+    - name: The role's targets (the branch), as the role computes them on its own
+      ansible.builtin.include_tasks: {role}/tasks/targets.yml
     - name: A host without NVIDIA packages
       ansible.builtin.set_fact:
         __nvidia_driver_installed: {{}}

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pytest
 import rule_cases
-from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as pol_mod
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rules, targets
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import health
 from rule_cases import each_gpu, evaluate, gpu_at, gpus, host, nvml_mismatch
 from rule_facts import b200_fm_stopped, gb200_tray, healthy
@@ -531,3 +532,43 @@ def test_a_pcie_replay_counter_nvml_does_not_return_is_unknown_not_within_rate()
     # a replay storm on another GPU still fails
     facts["gpu"]["gpus"][0]["pcie"]["replay_increase"] = 5000
     assert evaluate(facts)["GPU-PCI-002"]["status"] == "fail"
+
+
+# ---------------------------------------------------------------- targets (issue 27): what gpu_runtime sets for ECC
+# GPU-ECC-001/002's target sits next to the check (power.ecc true: on; false: left alone); gpu_runtime sets the
+# pending mode, which becomes current at the next reboot. Before issue 27 the role read power.ecc in Jinja
+# (roles/gpu_runtime/vars/main.yml) and targets.compute returned nothing for gpu_runtime.
+
+
+def _ecc_targets(overrides=None, role_vars=None):
+    policy = pol_mod.validate(overrides or {}, known_rules=rules.BY_ID)
+    return targets.compute({}, policy, role_vars, roles=("gpu_runtime",))
+
+
+def test_applying_the_ecc_target_and_rebooting_makes_the_ecc_rules_pass():
+    facts = healthy()
+    gpus(facts)[2]["ecc"].update(current=False, pending=False)
+    gpus(facts)[5]["ecc"].update(current=False, pending=True)  # on at the next reboot already
+    assert evaluate(facts)["GPU-ECC-001"]["status"] == "fail"
+    assert evaluate(facts)["GPU-ECC-002"]["status"] == "fail"
+    out = _ecc_targets()
+    assert out["rules"]["GPU-ECC-001"] == out["rules"]["GPU-ECC-002"] == ["ecc_mode"]
+    wanted = out["roles"]["gpu_runtime"]["ecc_mode"]
+    assert wanted is True
+    for g in gpus(facts):  # gpu_settings sets the pending mode; the reboot makes it current
+        g["ecc"].update(pending=wanted)
+        g["ecc"].update(current=g["ecc"]["pending"])
+    after = evaluate(facts)
+    assert after["GPU-ECC-001"]["status"] == "pass" and after["GPU-ECC-002"]["status"] == "pass"
+
+
+def test_ecc_not_required_is_left_alone_and_a_role_variable_takes_the_policys_place():
+    assert _ecc_targets({"power": {"ecc": False}})["roles"]["gpu_runtime"]["ecc_mode"] is None
+    facts = healthy()
+    gpus(facts)[0]["ecc"].update(current=False, pending=False)
+    assert evaluate(facts, {"power": {"ecc": False}})["GPU-ECC-001"]["status"] == "skip"
+    out = _ecc_targets({}, {"gpu_runtime_ecc_mode": False})
+    assert out["roles"]["gpu_runtime"]["ecc_mode"] is False
+    assert out["overrides"] == [
+        {"variable": "gpu_runtime_ecc_mode", "value": False, "policy_key": "power.ecc", "policy_value": True}
+    ]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pytest
 import rule_cases
+from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as pol_mod
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rules, targets
 from rule_cases import evaluate, nvml_mismatch
 from rule_facts import b200_fm_stopped, gb200_tray, gh200, h100_pcie, healthy, hgx_b200, single_gpu
 
@@ -293,3 +295,38 @@ def test_fabric_services_run_from_a_container():
     assert finding["status"] == "pass" and "version is not known" in finding["message"], finding
     facts["gpu"]["driver"]["nvlsm_running"] = False
     assert "NVLSM (package nvlsm)" in evaluate(facts)["SW-FM-001"]["message"]
+
+
+# ---------------------------------------------------------------- targets (issue 27): the branch nvidia_driver installs
+# SW-DRV-001's target sits next to its check: the pinned branch (software.driver_branch), or nvidia_driver_branch in
+# its place. Before issue 27 the role read the policy in Jinja (roles/nvidia_driver/vars/main.yml).
+
+
+def _driver_targets(overrides=None, role_vars=None):
+    policy = pol_mod.validate(overrides or {}, known_rules=rules.BY_ID)
+    return targets.compute({}, policy, role_vars, roles=("nvidia_driver",))
+
+
+def test_installing_the_target_branch_makes_the_driver_rule_pass():
+    facts = healthy()
+    pol = {"software": {"driver_branch": 535}}
+    assert evaluate(facts, pol)["SW-DRV-001"]["status"] == "fail"
+    out = _driver_targets(pol)
+    assert out["rules"]["SW-DRV-001"] == ["driver_branch"] and out["overrides"] == []
+    branch = out["roles"]["nvidia_driver"]["driver_branch"]
+    facts["gpu"]["driver"].update(version=f"{branch}.183.01", kernel_module_version=f"{branch}.183.01")
+    assert evaluate(facts, pol)["SW-DRV-001"]["status"] == "pass"
+
+
+def test_no_branch_pinned_and_the_role_variable_in_the_policys_place():
+    assert _driver_targets()["roles"]["nvidia_driver"]["driver_branch"] is None  # the role stops: never guesses
+    out = _driver_targets({"software": {"driver_branch": 535}}, {"nvidia_driver_branch": "550"})
+    assert out["roles"]["nvidia_driver"]["driver_branch"] == "550"
+    assert out["overrides"] == [
+        {
+            "variable": "nvidia_driver_branch",
+            "value": "550",
+            "policy_key": "software.driver_branch",
+            "policy_value": 535,
+        }
+    ]

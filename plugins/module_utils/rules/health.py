@@ -13,6 +13,7 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import SEVE
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
     Rule,
+    RoleVar,
     get_in,
     host_fact,
     log_unreadable,
@@ -808,8 +809,19 @@ def check_pcie_link(facts, pol):
     return result("pass", observed, expected, "busy GPUs run at full PCIe link" + note)
 
 
+def ecc_wanted(pol):
+    """The ECC mode GPU-ECC-001 asks for: on when power.ecc, else None (not judged, left as it is)."""
+    return True if pol["power"]["ecc"] else None
+
+
+def target_ecc_mode(facts, pol, given):
+    """GPU-ECC-001/002's fix: the ECC mode gpu_runtime sets (pending until a reboot); None leaves it alone.
+    gpu_runtime_ecc_mode takes the place of power.ecc."""
+    return {"ecc_mode": given["ecc_mode"] if "ecc_mode" in given else ecc_wanted(pol)}
+
+
 def check_ecc_mode(facts, pol):
-    if not pol["power"]["ecc"]:
+    if ecc_wanted(pol) is None:
         return skip("policy does not require ECC")
     return per_gpu_check(
         facts,
@@ -967,6 +979,8 @@ RULES = (
         "Without ECC, memory bit flips silently corrupt results and can crash long jobs.",
         check_ecc_mode,
         role="gpu_runtime",
+        target=target_ecc_mode,
+        role_vars=(RoleVar("gpu_runtime_ecc_mode", "ecc_mode", "power.ecc"),),
         policy_keys=("power.ecc",),
         references=(sources.NVML_QUERIES, sources.GPU_MEMORY_ERRORS),
     ),
@@ -979,6 +993,8 @@ RULES = (
         "setting.",
         check_ecc_pending,
         role="gpu_runtime",
+        target=target_ecc_mode,
+        role_vars=(RoleVar("gpu_runtime_ecc_mode", "ecc_mode", "power.ecc"),),
         references=(sources.NVML_QUERIES, sources.NVML_COMMANDS),
     ),
     Rule(

@@ -10,6 +10,7 @@ __metaclass__ = type
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
     Rule,
+    RoleVar,
     get_in,
     mode_pending,
     per_gpu_check,
@@ -19,36 +20,62 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import 
 )
 
 
+# GPU-PWR-001: what the check expects and gpu_runtime sets.
+PERSISTENCE_WANTED = True
+
+
 def check_persistence(facts, pol):
     return per_gpu_check(
         facts,
-        lambda g: None if g.get("persistence_mode") is None else not g["persistence_mode"],
+        lambda g: None if g.get("persistence_mode") is None else bool(g["persistence_mode"]) != PERSISTENCE_WANTED,
         lambda g: g.get("persistence_mode"),
-        True,
+        PERSISTENCE_WANTED,
         "persistence mode is on",
         "persistence mode off",
     )
 
 
+def target_persistence(facts, pol, given):
+    """GPU-PWR-001's fix: persistence mode on, what the check expects."""
+    return {"persistence_mode": PERSISTENCE_WANTED}
+
+
+def power_limit_policy(pol):
+    """What GPU-PWR-002 asks of the power limit, as ``(policy key, value, mode)``: a declared cap (mode "cap":
+    power.limit_w in watts or power.limit_pct of the default, kept exactly, clamped to the GPU's min/max), else
+    power.min_power_limit_pct of the default as a minimum (mode "floor"). The check and the target both read it."""
+    power = pol["power"]
+    if power.get("limit_w") is not None:
+        return "power.limit_w", power["limit_w"], "cap"
+    if power.get("limit_pct") is not None:
+        return "power.limit_pct", power["limit_pct"], "cap"
+    return "power.min_power_limit_pct", power["min_power_limit_pct"], "floor"
+
+
+def power_limit_key(pol):
+    """The policy key that decides the power limit (gpu_runtime_power_limit takes its place)."""
+    return power_limit_policy(pol)[0]
+
+
 def _limit_floor(g, pol):
     default = get_in(g, "power", "default_limit_w")
-    return None if default is None else default * pol["power"]["min_power_limit_pct"] / 100.0
+    return None if default is None else default * power_limit_policy(pol)[1] / 100.0
 
 
 def declared_cap_w(g, pol):
     """The power cap the policy declares for this GPU in watts (power.limit_w, or power.limit_pct of the default),
     clamped to the GPU's min/max limits as NVML enforces them; None when no cap is declared or the GPU does not
     report what it needs. gpu_runtime sets exactly this value (gpu_settings clamps the same way)."""
-    power = pol["power"]
-    if power.get("limit_w") is not None:
-        cap = float(power["limit_w"])
-    elif power.get("limit_pct") is not None:
+    key, value, mode = power_limit_policy(pol)
+    if mode != "cap":
+        return None
+    if key == "power.limit_w":
+        cap = float(value)
+    else:
         default = get_in(g, "power", "default_limit_w")
         if default is None:
             return None
-        cap = default * power["limit_pct"] / 100.0
-    else:
-        return None
+        cap = default * value / 100.0
     low, high = get_in(g, "power", "min_limit_w"), get_in(g, "power", "max_limit_w")
     if low is not None:
         cap = max(cap, low)
@@ -57,16 +84,36 @@ def declared_cap_w(g, pol):
     return cap
 
 
+def _spec(key, value):
+    """A policy power value as gpu_settings' power_limit takes it: "300" (watts) or "80%" (of the default)."""
+    return "%s" % value if key == "power.limit_w" else "%s%%" % value
+
+
 def _declared_text(pol):
-    power = pol["power"]
-    if power.get("limit_w") is not None:
-        return "%s W" % power["limit_w"]
-    return "%s%% of the default limit" % power["limit_pct"]
+    key, value, _mode = power_limit_policy(pol)
+    return "%s W" % value if key == "power.limit_w" else "%s%% of the default limit" % value
+
+
+def target_power_limit(facts, pol, given):
+    """GPU-PWR-002's fix, as gpufleet.tuning.gpu_settings takes it (one value for every GPU; the module resolves it
+    per GPU): ``power_limit`` ("300" watts, "80%" of the default, or the user's gpu_runtime_power_limit),
+    ``power_limit_cap`` (the declared cap, which no value may exceed, or None), ``power_limit_clamp`` (a declared
+    cap is set exactly, clamped to each GPU's range, as the check judges it) and ``power_limit_at_least`` (no cap
+    declared: power.min_power_limit_pct is a minimum, higher limits are kept)."""
+    key, value, mode = power_limit_policy(pol)
+    cap = _spec(key, value) if mode == "cap" else None
+    user = given.get("power_limit")
+    return {
+        "power_limit": "%s" % user if user is not None else _spec(key, value),
+        "power_limit_cap": cap,
+        "power_limit_clamp": user is None and cap is not None,
+        "power_limit_at_least": user is None and cap is None,
+    }
 
 
 def check_power_limit(facts, pol):
-    power = pol["power"]
-    if power.get("limit_w") is None and power.get("limit_pct") is None:
+    _key, floor_pct, mode = power_limit_policy(pol)
+    if mode == "floor":
 
         def bad(g):
             floor, limit = _limit_floor(g, pol), get_in(g, "power", "limit_w")
@@ -79,10 +126,9 @@ def check_power_limit(facts, pol):
                 "limit_w": get_in(g, "power", "limit_w"),
                 "default_limit_w": get_in(g, "power", "default_limit_w"),
             },
-            ">= %s%% of the default limit" % power["min_power_limit_pct"],
+            ">= %s%% of the default limit" % floor_pct,
             "power limits are at policy",
-            "power limit below %s%% of the default (no cap declared in power.limit_w or power.limit_pct)"
-            % power["min_power_limit_pct"],
+            "power limit below %s%% of the default (no cap declared in power.limit_w or power.limit_pct)" % floor_pct,
         )
 
     # A declared cap is an owner's decision (a rack's power budget): the limit must be exactly that, neither
@@ -202,6 +248,7 @@ RULES = (
         "seconds of initialisation and settings such as power limits can be lost.",
         check_persistence,
         role="gpu_runtime",
+        target=target_persistence,
         references=(sources.DRIVER_PERSISTENCE, sources.NVML_COMMANDS),
     ),
     Rule(
@@ -214,6 +261,8 @@ RULES = (
         "is kept exactly: above it breaks the budget, below it loses throughput for nothing.",
         check_power_limit,
         role="gpu_runtime",
+        target=target_power_limit,
+        role_vars=(RoleVar("gpu_runtime_power_limit", "power_limit", power_limit_key),),
         policy_keys=("power.limit_pct", "power.limit_w", "power.min_power_limit_pct"),
         references=(sources.NVML_QUERIES, sources.NVML_COMMANDS),
     ),

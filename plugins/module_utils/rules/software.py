@@ -11,6 +11,7 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders, n
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
     Rule,
+    RoleVar,
     driver_facts,
     result,
     skip,
@@ -18,12 +19,23 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import 
 )
 
 
+def pinned_branch(pol):
+    """The driver branch SW-DRV-001 pins (software.driver_branch), or None (any branch)."""
+    return pol["software"]["driver_branch"]
+
+
+def target_driver_branch(facts, pol, given):
+    """SW-DRV-001's fix: the branch nvidia_driver installs (nvidia_driver_branch takes the policy's place); None
+    when neither names one (the role then stops: it never guesses a branch)."""
+    return {"driver_branch": given["driver_branch"] if "driver_branch" in given else pinned_branch(pol)}
+
+
 def check_driver_version(facts, pol):
     version = driver_facts(facts).get("version")
     if not version:
         return skip("driver version not available")
     minimum = pol["software"]["driver_min_version"]
-    branch = pol["software"]["driver_branch"]
+    branch = pinned_branch(pol)
     problems = []
     if minimum and version_tuple(version) < version_tuple(minimum):
         problems.append("older than %s" % minimum)
@@ -378,6 +390,8 @@ RULES = (
         "differently from the others.",
         check_driver_version,
         role="nvidia_driver",
+        target=target_driver_branch,
+        role_vars=(RoleVar("nvidia_driver_branch", "driver_branch", "software.driver_branch"),),
         policy_keys=("software.driver_branch", "software.driver_min_version"),
         references=(sources.DRIVER_INSTALL,),
     ),
