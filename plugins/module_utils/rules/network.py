@@ -13,12 +13,15 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import links
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
     Rule,
+    RoleVar,
+    host_fact,
     long_haul_links,
     network_fact,
     physical_up_nics,
     result,
     rtt_links,
     skip,
+    version_tuple,
 )
 
 
@@ -247,19 +250,174 @@ def check_offloads(facts, pol):
     return result("pass", observed, {f: True for f in wanted}, "offloads are on")
 
 
-def _bdp_bytes(link, pol):
-    return int(pol["network"]["buffer_factor"] * link["rtt_ms"] / 1000.0 * link["bandwidth_gbps"] * 1e9 / 8)
+# --- what network_tuning sets on the NICs the policy names (NET-MTU-001, NET-OFFL-001, NET-RING-001) ----------------
+
+# NET-RING-001's fix: each ring at the maximum the driver reports (ethtool -G rx max tx max), unless
+# network_tuning_rings says otherwise.
+RING_TARGET = {"rx": "max", "tx": "max"}
+RING_SIDES = ("rx", "tx")
+
+
+def named_nics(facts, pol, given):
+    """(named, present, absent): the NICs network_tuning may change - only those ``network.interfaces`` (or
+    ``network_tuning_interfaces``, given as ``interfaces``) names; none when none is named - the NIC facts of the
+    named ones this host has, and the names it lacks."""
+    named = list(given.get("interfaces", pol["network"]["interfaces"]) or [])
+    by_name = dict((n.get("name"), n) for n in network_fact(facts, "nics") or [])
+    present = [by_name[name] for name in named if (by_name.get(name) or {}).get("present")]
+    absent = [name for name in named if not (by_name.get(name) or {}).get("present")]
+    return named, present, absent
+
+
+def _nic_keys(facts, pol, given):
+    named, present, absent = named_nics(facts, pol, given)
+    return present, {"interfaces": named, "nics": [{"name": n["name"]} for n in present], "nics_absent": absent}
+
+
+def mtu_target(nic, net_pol, explicit=None):
+    """The MTU network_tuning sets on ``nic``: ``explicit`` (network_tuning_mtu) as given; else what NET-MTU-001
+    judges (``mtu_expectation``): the network's declared MTU exactly (raised or lowered), or the fabric's
+    ``network.min_mtu`` when the NIC is at or below it (never lowered); None - not ours to choose (nothing declared:
+    the audit flags only an MTU below 1280, and only the operator knows the network's MTU)."""
+    if explicit is not None:
+        return int(explicit)
+    exp = mtu_expectation(net_pol, nic["name"])
+    if exp["kind"] == "exact":
+        return exp["value"]
+    current = nic.get("mtu")
+    if exp["kind"] == "min" and (current is None or int(current) <= exp["value"]):
+        return exp["value"]
+    return None
+
+
+def target_mtu(facts, pol, given):
+    """NET-MTU-001's fix, per named NIC present: ``mtu`` {nic: MTU or None} and ``mtu_at_target`` {nic: MTU where the
+    NIC already has it, else None} (a run whose tags leave the MTU out still passes it where it is at its target, so
+    nic_settings' persistence file keeps it). Also ``interfaces`` (the named NICs), ``nics`` ([{name}] of those
+    present) and ``nics_absent``."""
+    present, out = _nic_keys(facts, pol, given)
+    out["mtu"], out["mtu_at_target"] = {}, {}
+    for nic in present:
+        target = mtu_target(nic, pol["network"], given.get("mtu"))
+        out["mtu"][nic["name"]] = target
+        out["mtu_at_target"][nic["name"]] = target if target is not None and nic.get("mtu") == target else None
+    return out
+
+
+def offload_targets(nic, wanted, known_only=True):
+    """{feature: on?} network_tuning sets on ``nic``: ``wanted``, less (``known_only``: the policy's list) the
+    features the NIC lacks or its driver fixes - exactly what NET-OFFL-001 judges (``check_offloads``)."""
+    current = nic.get("offloads") or {}
+    fixed = set(nic.get("offloads_fixed") or [])
+    out = {}
+    for feature, value in (wanted or {}).items():
+        if known_only and (feature not in current or feature in fixed):
+            continue
+        out[str(feature)] = bool(value)
+    return out
+
+
+def target_offloads(facts, pol, given):
+    """NET-OFFL-001's fix, per named NIC present: ``offloads`` {nic: {feature: on?}} - the policy's
+    ``network.offloads`` turned on where the NIC has them and can change them, or ``network_tuning_offloads`` (given
+    as ``offloads``) as given - and ``offloads_at_target`` {nic: the part the NIC already has}."""
+    present, out = _nic_keys(facts, pol, given)
+    explicit = given.get("offloads")
+    wanted = dict(explicit) if explicit is not None else dict((f, True) for f in pol["network"]["offloads"])
+    out["offloads"], out["offloads_at_target"] = {}, {}
+    for nic in present:
+        target = offload_targets(nic, wanted, known_only=explicit is None)
+        current = nic.get("offloads") or {}
+        out["offloads"][nic["name"]] = target
+        out["offloads_at_target"][nic["name"]] = dict((k, v) for k, v in target.items() if current.get(k) == v)
+    return out
+
+
+def ring_targets(wanted):
+    """``wanted`` (network_tuning_rings; None - ``RING_TARGET``) checked: {side: "max" or a size}."""
+    out = {}
+    for side, value in (RING_TARGET if wanted is None else wanted).items():
+        if side not in RING_SIDES:
+            raise ValueError("network_tuning_rings.%s: unknown side (allowed: %s)" % (side, ", ".join(RING_SIDES)))
+        out[side] = value
+    return out
+
+
+def target_rings(facts, pol, given):
+    """NET-RING-001's fix, per named NIC present: ``rings`` {nic: {side: "max" or a size}}, ``rings_at_target``
+    {nic: the sides already at their target} and ``ring_drops`` {nic: NET-RING-001 flags it} - receive-ring drop
+    counters growing between the two readings, or counted since the driver loaded (``ring_drops``). The role resizes
+    only a flagged NIC unless network_tuning_rings_only_with_drops is false."""
+    present, out = _nic_keys(facts, pol, given)
+    wanted = ring_targets(given.get("rings"))
+    out["rings"], out["rings_at_target"], out["ring_drops"] = {}, {}, {}
+    for nic in present:
+        current = nic.get("rings") or {}
+        kept = {}
+        for side, value in wanted.items():
+            want = current.get(side + "_max") if value == "max" else value
+            if want is not None and current.get(side) is not None and int(current[side]) == int(want):
+                kept[side] = value
+        evidence = ring_drops(nic)
+        out["rings"][nic["name"]] = dict(wanted)
+        out["rings_at_target"][nic["name"]] = kept
+        out["ring_drops"][nic["name"]] = evidence is not None and evidence["status"] != "pass"
+    return out
+
+
+# --- TCP buffers (NET-TCP-001) --------------------------------------------------------------------------------------
+
+# The kernel's own default maximum of tcp_rmem (Documentation/networking/ip-sysctl.rst, tcp_rmem max: "Default: between
+# 131072 and 6MB, depending on RAM size"; 6 MiB on any host with the memory of a GPU server).
+KERNEL_TCP_RMEM_MAX = 6 * 1024 * 1024
+
+
+def sized_links(facts):
+    """The links NET-TCP-001 sizes buffers from: every link with an RTT and a bandwidth, long or not."""
+    return [p for p in rtt_links(facts) if p.get("bandwidth_gbps")]
+
+
+def _bdp_bytes(link, factor):
+    return int(factor * link["rtt_ms"] / 1000.0 * link["bandwidth_gbps"] * 1e9 / 8)
+
+
+def buffer_need(links_, factor, cap):
+    """(bytes, link): ``factor`` x the largest bandwidth-delay product of ``links_``, at most ``cap``, and that link;
+    (0, None) without a link. What NET-TCP-001 expects of tcp_rmem and tcp_wmem's maxima."""
+    if not links_:
+        return 0, None
+    biggest = max(links_, key=lambda p: _bdp_bytes(p, factor))
+    return min(_bdp_bytes(biggest, factor), cap), biggest
+
+
+def target_tcp_buffers(facts, pol, given):
+    """NET-TCP-001's fix: ``buffer_bytes``, the maximum network_tuning writes into tcp_rmem, tcp_wmem, rmem_max and
+    wmem_max (0: no link with a bandwidth, nothing to size), and ``sized``, the links it is sized from.
+
+    The size is ``buffer_need`` - the audit's own expectation, with network_tuning_buffer_factor and _buffer_cap in
+    the policy's place when set - raised to the kernel's default tcp_rmem maximum (``KERNEL_TCP_RMEM_MAX``, 6 MiB)
+    when smaller: the role writes the whole triple, so sizing a short or slow link by its BDP alone would lower the
+    ceiling every connection autotunes to below what the kernel gives by default (including connections to peers the
+    policy does not declare). The floor is the fix's, not the audit's: NET-TCP-001 asks for the BDP (a stock
+    tcp_wmem maximum of 4 MiB covering the BDP passes), and the floor never asks for less, so the fixed host passes.
+    network_tuning_buffer_bytes (given as ``buffer_bytes``) is set as given, even without links."""
+    links_ = sized_links(facts)
+    if "buffer_bytes" in given:
+        return {"buffer_bytes": int(given["buffer_bytes"]), "sized": links_}
+    factor = float(given.get("buffer_factor", pol["network"]["buffer_factor"]))
+    cap = int(given.get("buffer_cap", pol["network"]["max_buffer_bytes"]))
+    need = buffer_need(links_, factor, cap)[0]
+    return {"buffer_bytes": max(need, KERNEL_TCP_RMEM_MAX) if need else 0, "sized": links_}
 
 
 def check_tcp_buffers(facts, pol):
     tcp = network_fact(facts, "tcp")
-    links = [p for p in rtt_links(facts) if p.get("bandwidth_gbps")]
-    if not links:
+    links_ = sized_links(facts)
+    if not links_:
         return skip("no long-haul links declared or measured for this host's site")
     if tcp is None or tcp.get("rmem") is None or tcp.get("wmem") is None:
         return skip("tcp_rmem/tcp_wmem not readable")
-    biggest = max(links, key=lambda p: _bdp_bytes(p, pol))
-    needed = min(_bdp_bytes(biggest, pol), pol["network"]["max_buffer_bytes"])
+    needed, biggest = buffer_need(links_, pol["network"]["buffer_factor"], pol["network"]["max_buffer_bytes"])
     observed = {
         "tcp_rmem_max": tcp["rmem"][2],
         "tcp_wmem_max": tcp["wmem"][2],
@@ -278,8 +436,40 @@ def check_tcp_buffers(facts, pol):
     return result("pass", observed, expected, "TCP buffers cover the bandwidth-delay product")
 
 
+# --- congestion control, MTU probing, slow start after idle (NET-TCP-002..004: long links only) -------------------
+
+# Before 4.13 BBR needs the fq qdisc for pacing; since 4.13 TCP paces by itself (kernel commit 218af599fa63 "tcp:
+# internal implementation for pacing").
+BBR_INTERNAL_PACING = (4, 13)
+MTU_PROBING = 1  # NET-TCP-003: tcp_mtu_probing at least 1 (probe after an ICMP black hole is detected)
+SLOW_START_AFTER_IDLE = 0  # NET-TCP-004: tcp_slow_start_after_idle off
+
+
+def target_congestion_control(facts, pol, given):
+    """NET-TCP-002's fix. ``long``: the long links (rtt_ms >= network.long_link_rtt_ms, each with its prefixes); the
+    role changes congestion control, MTU probing and slow start only when there is one. ``congestion_control`` and
+    ``congestion_control_scope`` (network_tuning_* in the policy's place when set); ``route_prefixes``: the long
+    links' prefixes (scope routes); ``congestion_control_available``: the kernel offers it now
+    (tcp_available_congestion_control); ``default_qdisc``: ``fq`` where BBR needs it for pacing (long links, a kernel
+    before 4.13), else '' (net.core.default_qdisc is the owner's)."""
+    long_links, _sized, prefixes = links.classify(pol, facts.get("links"))
+    wanted = given.get("congestion_control", pol["network"]["congestion_control"])
+    available = network_fact(facts, "tcp", "available_congestion_control") or []
+    release = host_fact(facts, "kernel", "release")
+    old_kernel = bool(release) and version_tuple(release)[:2] < BBR_INTERNAL_PACING
+    return {
+        "long": long_links,
+        "route_prefixes": prefixes,
+        "congestion_control": wanted,
+        "congestion_control_scope": given.get("congestion_control_scope", pol["network"]["congestion_control_scope"]),
+        "congestion_control_available": wanted in available,
+        "default_qdisc": "fq" if long_links and wanted == "bbr" and old_kernel else "",
+    }
+
+
 def check_congestion_control(facts, pol):
-    long_links = long_haul_links(facts, pol)
+    fix = target_congestion_control(facts, pol, {})
+    long_links = fix["long"]
     if not long_links:
         return skip("no long links (>= %s ms)" % pol["network"]["long_link_rtt_ms"])
     tcp = network_fact(facts, "tcp")
@@ -294,7 +484,7 @@ def check_congestion_control(facts, pol):
         "longest_rtt_ms": max(p["rtt_ms"] for p in long_links),
     }
     if pol["network"].get("congestion_control_scope") == "routes":
-        return _check_route_congctl(facts, pol, observed, wanted)
+        return _check_route_congctl(facts, fix["route_prefixes"], observed, wanted)
     if current == wanted:
         return result("pass", observed, wanted, "%s is in use" % wanted)
     if wanted in available:
@@ -313,10 +503,9 @@ def check_congestion_control(facts, pol):
     )
 
 
-def _check_route_congctl(facts, pol, observed, wanted):
-    """Scope routes: the routes to the long-haul peers' prefixes carry the congestion control (ip-route(8) congctl);
-    the host default is the owner's."""
-    prefixes = links.classify(pol, facts.get("links"))[2]
+def _check_route_congctl(facts, prefixes, observed, wanted):
+    """Scope routes: the routes to the long-haul peers' ``prefixes`` carry the congestion control (ip-route(8)
+    congctl); the host default is the owner's."""
     routes = network_fact(facts, "routes")
     observed = dict(observed, scope="routes", routes=routes)
     expected = {"congctl": wanted, "prefixes": prefixes}
@@ -353,16 +542,26 @@ def check_mtu_probing(facts, pol):
     value, skipped = _long_haul_tcp(facts, pol, "mtu_probing")
     if skipped:
         return skipped
-    status = "pass" if value >= 1 else "fail"
-    return result(status, value, ">= 1", "tcp_mtu_probing is %d" % value)
+    status = "pass" if value >= MTU_PROBING else "fail"
+    return result(status, value, ">= %d" % MTU_PROBING, "tcp_mtu_probing is %d" % value)
 
 
 def check_slow_start_after_idle(facts, pol):
     value, skipped = _long_haul_tcp(facts, pol, "slow_start_after_idle")
     if skipped:
         return skipped
-    status = "fail" if value else "pass"
-    return result(status, value, 0, "tcp_slow_start_after_idle is %d" % value)
+    status = "fail" if value != SLOW_START_AFTER_IDLE else "pass"
+    return result(status, value, SLOW_START_AFTER_IDLE, "tcp_slow_start_after_idle is %d" % value)
+
+
+def target_mtu_probing(facts, pol, given):
+    """NET-TCP-003's fix: ``mtu_probing`` where a link is long (what the check judges), else None (left alone)."""
+    return {"mtu_probing": MTU_PROBING if long_haul_links(facts, pol) else None}
+
+
+def target_slow_start_after_idle(facts, pol, given):
+    """NET-TCP-004's fix: ``slow_start_after_idle`` where a link is long (what the check judges), else None."""
+    return {"slow_start_after_idle": SLOW_START_AFTER_IDLE if long_haul_links(facts, pol) else None}
 
 
 RULES = (
@@ -379,6 +578,11 @@ RULES = (
         "on every link and Linux removes the IPv6 addresses of a smaller one.",
         check_mtu,
         role="network_tuning",
+        target=target_mtu,
+        role_vars=(
+            RoleVar("network_tuning_mtu", "mtu", "network.mtu / network.min_mtu"),
+            RoleVar("network_tuning_interfaces", "interfaces", "network.interfaces"),
+        ),
         policy_keys=("network.interfaces", "network.min_mtu", "network.mtu"),
         references=(sources.GCP_MTU, sources.AWS_MTU, sources.RFC8200_MTU, sources.ESNET_HOST_TUNING),
     ),
@@ -395,6 +599,11 @@ RULES = (
         "*_allowance_exceeded counters are the instance's limits, not rings, and are reported as information.",
         check_rings,
         role="network_tuning",
+        target=target_rings,
+        role_vars=(
+            RoleVar("network_tuning_rings", "rings", "NET-RING-001: rx and tx at their maximum"),
+            RoleVar("network_tuning_interfaces", "interfaces", "network.interfaces"),
+        ),
         policy_keys=("network.interfaces",),
         references=(sources.MLX5_COUNTERS, sources.ICE_DRIVER, sources.ENA_BEST_PRACTICES, sources.ETHTOOL),
     ),
@@ -407,6 +616,11 @@ RULES = (
         "and stealing cycles from data loading.",
         check_offloads,
         role="network_tuning",
+        target=target_offloads,
+        role_vars=(
+            RoleVar("network_tuning_offloads", "offloads", "network.offloads"),
+            RoleVar("network_tuning_interfaces", "interfaces", "network.interfaces"),
+        ),
         policy_keys=("network.interfaces", "network.offloads"),
         references=(sources.KERNEL_OFFLOADS, sources.KERNEL_CHECKSUM_OFFLOADS, sources.ETHTOOL),
     ),
@@ -422,6 +636,16 @@ RULES = (
         "1 Gbit/s, 0.1 % loss).",
         check_tcp_buffers,
         role="network_tuning",
+        target=target_tcp_buffers,
+        role_vars=(
+            RoleVar("network_tuning_buffer_factor", "buffer_factor", "network.buffer_factor"),
+            RoleVar("network_tuning_buffer_cap", "buffer_cap", "network.max_buffer_bytes"),
+            RoleVar(
+                "network_tuning_buffer_bytes",
+                "buffer_bytes",
+                "network.buffer_factor x bandwidth-delay product (site, sites, peers)",
+            ),
+        ),
         policy_keys=(
             "network.buffer_factor",
             "network.default_bandwidth_gbps",
@@ -442,6 +666,15 @@ RULES = (
         "policy can limit it to long inter-site links.",
         check_congestion_control,
         role="network_tuning",
+        target=target_congestion_control,
+        role_vars=(
+            RoleVar("network_tuning_congestion_control", "congestion_control", "network.congestion_control"),
+            RoleVar(
+                "network_tuning_congestion_control_scope",
+                "congestion_control_scope",
+                "network.congestion_control_scope",
+            ),
+        ),
         policy_keys=(
             "network.congestion_control",
             "network.congestion_control_scope",
@@ -460,6 +693,7 @@ RULES = (
         "Paths across providers often black-hole large packets; MTU probing lets TCP recover instead of stalling.",
         check_mtu_probing,
         role="network_tuning",
+        target=target_mtu_probing,
         policy_keys=("network.long_link_rtt_ms", "peers", "site", "sites"),
         references=(sources.KERNEL_IP_SYSCTL, sources.RFC4821),
     ),
@@ -472,6 +706,7 @@ RULES = (
         "bursty checkpoint and dataset transfers never reach full speed.",
         check_slow_start_after_idle,
         role="network_tuning",
+        target=target_slow_start_after_idle,
         policy_keys=("network.long_link_rtt_ms", "peers", "site", "sites"),
         references=(sources.KERNEL_IP_SYSCTL, sources.RFC5681_IDLE),
     ),
