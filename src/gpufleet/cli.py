@@ -15,9 +15,18 @@ import sys
 
 from gpufleet import __version__, exits, paths, text
 from gpufleet.commands import COMMANDS
-from gpufleet.preflight import POLICY_LAYERS
 
-__all__ = ["POLICY_LAYERS", "Parser", "build_parser", "main"]
+__all__ = ["POLICY_LAYERS", "Parser", "build_parser", "main"]  # noqa: F822 (POLICY_LAYERS: __getattr__ below)
+
+
+def __getattr__(name: str):
+    # POLICY_LAYERS: the inventory's policy layers (gpufleet.preflight, derived from the collection's policy.LAYERS on
+    # first use).
+    if name == "POLICY_LAYERS":
+        from gpufleet import preflight
+
+        return preflight.POLICY_LAYERS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Parser(argparse.ArgumentParser):

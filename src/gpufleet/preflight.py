@@ -10,8 +10,25 @@ from typing import Any
 from gpufleet import paths
 from gpufleet.exits import UsageError
 
-# Inventory variables merged, in this order, over the policy defaults (then --policy).
-POLICY_LAYERS = ("gpufleet_policy", "gpufleet_policy_group", "gpufleet_policy_host")
+# The policy layer the CLI passes itself (--policy, as an extra variable); the inventory holds the others.
+CLI_LAYER = "gpufleet_policy_overrides"
+
+
+def inventory_layers() -> tuple[str, ...]:
+    """The inventory variables merged, in this order, over the policy defaults (then --policy): policy.LAYERS, the
+    one list the modules' action plugins hand over, without the CLI's own layer."""
+    paths.import_collection()
+    from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import LAYERS
+
+    return tuple(name for name in LAYERS if name != CLI_LAYER)
+
+
+def __getattr__(name: str):
+    # POLICY_LAYERS (public, re-exported by gpufleet.cli): derived on first use, so that importing the CLI does not
+    # import the collection.
+    if name == "POLICY_LAYERS":
+        return inventory_layers()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def default_inventory() -> str:
@@ -90,7 +107,7 @@ def _host_policy_problem(host, variables, loader, templar_class, overrides, poli
     hostvars = variables.get_vars(host=host, include_hostvars=False)
     templar = templar_class(loader=loader, variables=hostvars)
     merged: dict[str, Any] = {}
-    for layer in POLICY_LAYERS:
+    for layer in inventory_layers():
         try:
             raw = templar.template(hostvars.get(layer) or {})
         except Exception as exc:  # an undefined variable or a template error in the inventory

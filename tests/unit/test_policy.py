@@ -1,6 +1,11 @@
+import re
+from pathlib import Path
+
 import pytest
 from ansible_collections.gpufleet.tuning.plugins.module_utils import policy, rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import DEFAULTS, PolicyError, documented, validate
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_defaults_validate_and_merge():
@@ -90,3 +95,60 @@ def test_a_later_layer_wins_however_either_writes_the_key():
     with pytest.raises(policy.PolicyError) as exc:
         policy.merge_layers([{}, {"cpu.nope": 1}], names=["gpufleet_policy", "gpufleet_policy_group"])
     assert str(exc.value).startswith("gpufleet_policy_group: policy.cpu.nope: unknown key")
+
+
+# ---------------------------------------------------------------- the policy layers (issue 27: one list, one merge)
+# The host's policy layers are merged and validated once per host, on the host, by policy.from_option (the modules
+# audit, gpu_probe and remediation_targets, whose action plugins hand over the layers named in policy.LAYERS). These
+# tests were the effective_policy filter's (tests/unit/test_effective_policy.py), which the roles no longer use.
+
+FLEET = {"sites": {"ap": {"links": {"eu": {"rtt_ms": 180, "bandwidth_gbps": 1}}}}, "network": {"min_mtu": 9000}}
+
+
+def test_layers_merge_in_order_over_the_defaults():
+    pol = policy.from_option([FLEET, {"site": "ap"}, None, {"network": {"buffer_factor": 8}}])
+    assert pol["site"] == "ap"
+    assert pol["network"]["buffer_factor"] == 8
+    assert pol["network"]["min_mtu"] == 9000
+    assert pol["network"]["max_buffer_bytes"] == DEFAULTS["network"]["max_buffer_bytes"]
+    later = policy.from_option([{"network": {"min_mtu": 9000}}, {"network": {"min_mtu": 1500}}])
+    assert later["network"]["min_mtu"] == 1500
+    # A later layer wins whichever way either writes the key (dotted or nested).
+    assert policy.from_option([{"network": {"min_mtu": 9000}}, {"network.min_mtu": 1500}])["network"]["min_mtu"] == 1500
+
+
+@pytest.mark.parametrize(
+    ("layers", "message"),
+    [
+        ([{"network": {"buffer_factor": "x"}}], "policy.network.buffer_factor"),
+        ([{}, {"memory": {"swapiness": 5}}], "policy.memory.swapiness: unknown key"),
+        ([{"rules": {"NOPE-001": {"enabled": False}}}], "policy.rules.NOPE-001: unknown rule id"),
+        ([{}, "site: ap"], "gpufleet_policy_group must be a mapping"),
+        ("not a list", "expected a mapping or a list of mappings"),
+    ],
+)
+def test_bad_policy_layers_name_the_key_or_the_layer(layers, message):
+    with pytest.raises(PolicyError, match=re.escape(message)):
+        policy.from_option(layers, known_rules=rules.BY_ID)
+
+
+def test_the_cli_checks_the_inventorys_layers_of_the_one_list():
+    """gpufleet's preflight validates the layers the inventory holds: policy.LAYERS without the one the CLI passes
+    itself (--policy, gpufleet_policy_overrides), derived rather than copied; gpufleet.cli re-exports the name."""
+    from gpufleet import cli, preflight
+
+    assert preflight.POLICY_LAYERS == tuple(n for n in policy.LAYERS if n != "gpufleet_policy_overrides")
+    assert preflight.POLICY_LAYERS == policy.LAYERS[:-1] and policy.LAYERS[-1] == preflight.CLI_LAYER
+    assert cli.POLICY_LAYERS == preflight.POLICY_LAYERS
+    assert "POLICY_LAYERS = (" not in (REPO / "src" / "gpufleet" / "preflight.py").read_text()
+
+
+LAYER_LIST = re.compile(r"gpufleet_policy\w* \| default\(\{\}\)")
+
+
+def test_no_role_merges_the_policy_layers_itself():
+    """The roles read the policy (and their targets) from gpufleet.tuning.remediation_targets; none writes the layer
+    list out (before issue 27 each role merged the layers in its vars with the effective_policy filter)."""
+    files = [p for p in sorted((REPO / "roles").rglob("*")) if p.suffix in (".yml", ".yaml", ".j2") and p.is_file()]
+    files += [REPO / "playbooks" / "watch.yml", REPO / "playbooks" / "remediate.yml"]
+    assert [str(p.relative_to(REPO)) for p in files if LAYER_LIST.search(p.read_text())] == []

@@ -9,9 +9,8 @@ simulated host after install fails within one interval)."""
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.tuning.plugins.filter import effective_policy as ep
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rules as catalog
-from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import validate
+from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import from_option, validate
 from ansible_collections.gpufleet.tuning.plugins.module_utils.watch import baseline, checker, drain
 from rule_facts import healthy
 
@@ -113,13 +112,13 @@ def test_the_textfile_shows_the_baseline():
 
 def test_an_expected_count_per_group_or_host_comes_through_the_policy_layers():
     """gpufleet_policy (fleet) < gpufleet_policy_group < gpufleet_policy_host < overrides: the audit's layers, which
-    the watch's configuration is merged from too."""
+    the watch's configuration is merged from too (policy.from_option, run on the host by remediation_targets)."""
     fleet, group, host = {}, {"health": {"expected_gpu_count": 8}}, {"health": {"expected_gpu_count": 4}}
-    assert ep.effective_policy([fleet, group, None, None])["health"]["expected_gpu_count"] == 8
-    assert ep.effective_policy([fleet, group, host, None])["health"]["expected_gpu_count"] == 4
+    assert from_option([fleet, group, None, None])["health"]["expected_gpu_count"] == 8
+    assert from_option([fleet, group, host, None])["health"]["expected_gpu_count"] == 4
     facts = without_gpu(healthy())
-    assert hlt003(facts, ep.effective_policy([fleet, group, None, None]))["status"] == "fail"
-    assert hlt003(facts, ep.effective_policy([fleet, group, host, None]))["status"] == "warn"  # more than expected
+    assert hlt003(facts, from_option([fleet, group, None, None]))["status"] == "fail"
+    assert hlt003(facts, from_option([fleet, group, host, None]))["status"] == "warn"  # more than expected
 
 
 def test_the_summary_line_counts_the_differences():
