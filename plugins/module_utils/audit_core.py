@@ -84,40 +84,40 @@ def run(module, policy, root="/", gather=GATHER, interfaces=None, sample_seconds
                                        ethtool_missing=None if ethtool else "ethtool not found in PATH",
                                        stats_interval=sample_seconds)
 
-    def gpu_and_network():
-        # The GPUs' error counters and the NICs' drop counters are each read twice, sample_seconds apart: the NIC
-        # reads run in a thread while NVML is read here, so the two waits overlap (the module itself, fail_json
-        # included, is only used from this thread).
-        nic_thread = errors = None
-        if "network" in gather:
-            errors = []
-
-            def guarded():
-                try:
-                    network()
-                except Exception as exc:  # re-raised below, in the caller's thread
-                    errors.append(exc)
-
-            nic_thread = threading.Thread(target=guarded, name="gpufleet-nic")
-            nic_thread.start()
-        try:
-            if "gpu" in gather:
-                facts["gpu"] = gpu.read(module, fs, sample_seconds=sample_seconds)
-        finally:
-            if nic_thread is not None:
-                nic_thread.join()
-        if errors:
-            raise errors[0]
-
-    if "host" in gather:
-        # The swap-rate sample (sample_seconds) is a wait on the target: the GPU (NVML start-up can take seconds
-        # on a host without persistence mode) and NIC reads, with their own counter samples, run inside it, so the
-        # audit takes about the longest of them instead of their sum.
+    def host_facts():
         facts["host"] = host.collect(fs, run=runner, sample_seconds=sample_seconds, kernel_log=kernel_log,
                                      kernel_log_file=kernel_log_file, kernel_log_lines=kernel_log_lines,
-                                     kernel_log_since_hours=kernel_log_since_hours, meanwhile=gpu_and_network)
-    else:
-        gpu_and_network()
+                                     kernel_log_since_hours=kernel_log_since_hours)
+
+    # One sample window for the three counter samples: the GPUs' error counters, the NICs' drop counters and the
+    # swap rates are each read twice, sample_seconds apart. The NIC reads (mostly ethtool runs) go to a thread at
+    # once; NVML is read here and, once every GPU's first counters are in, the host's reads (its own swap-rate
+    # sample included) and the driver facts outside NVML run inside the GPUs' wait (gpu.read's meanwhile), so the
+    # audit takes about one window plus the GPUs' reads, not the window plus everything else. The module itself,
+    # fail_json included, is only used from this thread.
+    nic_thread = errors = None
+    if "network" in gather:
+        errors = []
+
+        def guarded():
+            try:
+                network()
+            except Exception as exc:  # re-raised below, in the caller's thread
+                errors.append(exc)
+
+        nic_thread = threading.Thread(target=guarded, name="gpufleet-nic")
+        nic_thread.start()
+    try:
+        if "gpu" in gather:
+            facts["gpu"] = gpu.read(module, fs, sample_seconds=sample_seconds,
+                                    meanwhile=host_facts if "host" in gather else None)
+        elif "host" in gather:
+            host_facts()
+    finally:
+        if nic_thread is not None:
+            nic_thread.join()
+    if errors:
+        raise errors[0]
 
     if "gpu" in gather and facts["gpu"] is not None:
         # Where each GPU sits (NUMA node, CPUs, PCIe path, nearest NICs, NVLink peers) for the reports' topology

@@ -42,21 +42,34 @@ def check_params(module):
         module.fail_json(msg="nvidia_smi_path: no such file: %s" % params["nvidia_smi_path"])
 
 
-def _read_pynvml(module, fs, library, sample_seconds):
+def _read_pynvml(module, fs, library, sample_seconds, meanwhile=None):
     try:
         nv = nvml.load_pynvml(library)
     except OSError as exc:
         module.fail_json(msg="nvml_library: cannot load %s: %s" % (library, exc))
-    binding = nvml.binding_info(nv)
+    found = {}
+
+    def inside():
+        # Inside the error counters' sample window (or, NVML failing, right after): which binding this is (its
+        # distribution's metadata), then the caller's reads.
+        if "binding" not in found:
+            found["binding"] = nvml.binding_info(nv)
+            if meanwhile is not None:
+                meanwhile()
+
     try:
-        driver, gpus = nvml.collect(nv, fs, sample_seconds=sample_seconds)
+        driver, gpus = nvml.collect(nv, fs, sample_seconds=sample_seconds, meanwhile=inside)
     except nvml.NvmlUnavailable as exc:
+        inside()
+        binding = found["binding"]
         # The NVML error's name (LibRmVersionMismatch, DriverNotLoaded, ...) is a finding of its own (SW-KMOD-001).
         cause = exc.__cause__
         code = nvml.error_name(cause) if isinstance(cause, nv.NVMLError) else None
         binding["lacks"] = {}
         return ({"available": False, "source": "pynvml", "error": str(exc), "error_code": code, "binding": binding},
                 {}, [])
+    inside()
+    binding = found["binding"]
     for gpu in gpus:
         gpu["source"] = "pynvml"
     _essential_from_nvidia_smi(module, gpus)
@@ -166,22 +179,60 @@ def _read_nvidia_smi(module, binary, pynvml_error=None):
             gpus)
 
 
-def read(module, fs, sample_seconds=nvml.SAMPLE_SECONDS):
+def _outside_nvml(module, fs):
+    """The driver's facts that live outside NVML (kernel module, library, toolkits, fabric manager, NVLSM, IMEX),
+    the PCI scan and the uptime."""
+    kmod = software.kernel_module(fs, module)
+    lib = software.library_version(fs)
+    nvlsm = software.nvlsm(fs)
+    driver = {
+        "kernel_module_version": kmod["version"],
+        "kernel_module_flavour": kmod["flavour"],
+        "kernel_module_loaded": kmod["loaded"],
+        "kernel_module_source": kmod["source"],
+        "library_version": lib["version"],
+        "library_versions": lib["versions"],
+        "library_source": lib["source"],
+        "cuda_toolkits": software.cuda_toolkits(fs),
+        "cuda_compat": software.cuda_compat(fs),
+        "fabricmanager_version": software.fabricmanager_version(module, fs),
+        "fabricmanager_running": software.fabricmanager_running(fs),
+        "nvlsm_installed": nvlsm["installed"],
+        "nvlsm_running": nvlsm["running"],
+        "imex": software.imex(fs),
+    }
+    return {"driver": driver, "pci": pci.scan(fs), "uptime_s": software.uptime_seconds(fs)}
+
+
+def read(module, fs, sample_seconds=nvml.SAMPLE_SECONDS, meanwhile=None):
     """{nvml, driver, gpus, gpu_count} as gpu_info documents them. ``sample_seconds``: the time between the two
-    readings of the GPUs' error counters (0: one reading, no increase)."""
+    readings of the GPUs' error counters (0: one reading, no increase).
+
+    ``meanwhile`` (a callable, optional) is called once, in this thread, inside the counters' sample window when
+    NVML is read (else before the reads that live outside NVML return): the caller's own reads share the wait, as
+    the facts outside NVML (kernel module, library, toolkits, PCI scan) do."""
     params = module.params
     backend = params["backend"]
+    outside = {}
+
+    def inside():
+        if not outside:
+            outside.update(_outside_nvml(module, fs))
+            if meanwhile is not None:
+                meanwhile()
+
     if backend == "nvidia-smi":
         status, driver, gpus = _read_nvidia_smi(module, params["nvidia_smi_path"])
     else:
         try:
-            status, driver, gpus = _read_pynvml(module, fs, params["nvml_library"], sample_seconds)
+            status, driver, gpus = _read_pynvml(module, fs, params["nvml_library"], sample_seconds, meanwhile=inside)
         except ImportError:
             if backend == "pynvml":
                 module.fail_json(msg="backend=pynvml but pynvml cannot be imported on the target "
                                      "(install nvidia-ml-py, or use backend=auto for the nvidia-smi fallback)",
                                  exception=traceback.format_exc())
             status, driver, gpus = _read_nvidia_smi(module, params["nvidia_smi_path"], "pynvml not importable")
+    inside()
     status["library"] = params["nvml_library"]
     status.setdefault("error_code", None)
     status.setdefault("binding", None)
@@ -191,22 +242,6 @@ def read(module, fs, sample_seconds=nvml.SAMPLE_SECONDS):
         driver.setdefault(key, None)
     driver.setdefault("unsupported", {})
     driver["branch"] = decoders.driver_branch(driver["version"])
-    kmod = software.kernel_module(fs, module)
-    driver["kernel_module_version"] = kmod["version"]
-    driver["kernel_module_flavour"] = kmod["flavour"]
-    driver["kernel_module_loaded"] = kmod["loaded"]
-    driver["kernel_module_source"] = kmod["source"]
-    lib = software.library_version(fs)
-    driver["library_version"] = lib["version"]
-    driver["library_versions"] = lib["versions"]
-    driver["library_source"] = lib["source"]
-    driver["cuda_toolkits"] = software.cuda_toolkits(fs)
-    driver["cuda_compat"] = software.cuda_compat(fs)
-    driver["fabricmanager_version"] = software.fabricmanager_version(module, fs)
-    driver["fabricmanager_running"] = software.fabricmanager_running(fs)
-    nvlsm = software.nvlsm(fs)
-    driver["nvlsm_installed"] = nvlsm["installed"]
-    driver["nvlsm_running"] = nvlsm["running"]
-    driver["imex"] = software.imex(fs)
-    return {"nvml": status, "driver": driver, "gpus": gpus, "gpu_count": len(gpus), "pci": pci.scan(fs),
-            "uptime_s": software.uptime_seconds(fs)}
+    driver.update(outside["driver"])
+    return {"nvml": status, "driver": driver, "gpus": gpus, "gpu_count": len(gpus), "pci": outside["pci"],
+            "uptime_s": outside["uptime_s"]}

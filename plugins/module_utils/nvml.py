@@ -724,22 +724,23 @@ def read_driver(nv, fs):
     }
 
 
-def collect(nv, fs=None, sample_seconds=SAMPLE_SECONDS):
+def collect(nv, fs=None, sample_seconds=SAMPLE_SECONDS, meanwhile=None):
     """Everything NVML says about this host. Raises NvmlUnavailable when NVML cannot start.
 
     The error counters are read once with each GPU and again at least ``sample_seconds`` later (0: a single
-    read, no increase)."""
+    read, no increase). ``meanwhile`` (a callable, optional) is called once every GPU's first counters are read,
+    before the wait for the second: other reads share the wait instead of following it."""
     fs = fs or HostFS("/")
     try:
         with nvml_session(nv):
-            return _collect(nv, fs, sample_seconds)
+            return _collect(nv, fs, sample_seconds, meanwhile)
     except NvmlInitError as exc:
         # The NVML error stays the cause: its name (LibRmVersionMismatch, DriverNotLoaded...) is a finding of its own.
         raise NvmlUnavailable("NVML could not be initialised: %s (%s)" % (error_name(exc.error), exc.error)) \
             from exc.error
 
 
-def _collect(nv, fs, sample_seconds):
+def _collect(nv, fs, sample_seconds, meanwhile=None):
     driver = read_driver(nv, fs)
     try:
         count = int(nv.nvmlDeviceGetCount())
@@ -756,6 +757,8 @@ def _collect(nv, fs, sample_seconds):
             continue
         read.append(_read_gpu(nv, handle, index, fs))
     firsts = [g.first_at for g in read if isinstance(g, _Gpu) and not g.lost]
+    if meanwhile is not None:
+        meanwhile()
     if sample_seconds and firsts:
         # Every GPU's counters get at least sample_seconds between their two reads.
         time.sleep(max(0.0, max(firsts) + sample_seconds - time.monotonic()))
