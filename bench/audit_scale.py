@@ -646,13 +646,12 @@ def module_breakdown(fleet_host: Path, tmp: Path, repeats: int = 5) -> dict[str,
     )
     ping_args = tmp / "ping.json"
     ping_args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {}}))
-    import ansible.modules.ping  # the venv's ansible-core
 
     python = str(VENV_BIN / "python")
     runs: dict[str, Any] = {}
     for label, cmd in (
         ("audit", [python, str(REPO / "plugins/modules/audit.py"), str(args)]),
-        ("ping", [python, ansible.modules.ping.__file__, str(ping_args)]),
+        ("ping", [python, "-m", "ansible.modules.ping", str(ping_args)]),  # -m: its folder stays off sys.path
     ):
         got = [measure(cmd, env, tmp / f"{label}.out", 1.0, 120) for _ in range(repeats)]
         runs[label] = {k: round(statistics.median(r[k] for r in got), 3) for k in ("wall_s", "cpu_s", "max_rss_mib")}
@@ -696,9 +695,10 @@ def cli_baseline_env(env: dict[str, str], ref: str, tmp: Path) -> dict[str, str]
     return {**env, "PYTHONPATH": str(base), "GPUFLEET_COLLECTION": str(REPO)}
 
 
-def recorded_results(fleet: Path, kinds: int = 8) -> list[dict[str, Any]]:
+def recorded_results(fleet: Path, kinds: int = 8, shape: str = "compact") -> list[dict[str, Any]]:
     """The audit module's result (its JSON output, as registered) on the first host of each demo kind of a fleet,
-    run directly (no Ansible): the recorded results the report build is timed on."""
+    run directly (no Ansible): the recorded results the report build is timed on. ``shape``: the module's
+    ``result`` option (compact: what playbooks/audit.yml registers; full: every value its own)."""
     names = sorted((p.name for p in fleet.iterdir() if (p / "nvml.state").is_file()), key=lambda n: n[-3:])[:kinds]
     env = dict(os.environ)
     env.update({"PYTHONPATH": str(REPO / ".collections"), "LD_LIBRARY_PATH": str(SIM_LIB.parent)})
@@ -708,7 +708,12 @@ def recorded_results(fleet: Path, kinds: int = 8) -> list[dict[str, Any]]:
         for name in names:
             host = fleet / name
             args = Path(tmp) / "args.json"
-            module_args = {"root": str(host / "root"), "sample_seconds": 0, "ethtool_path": str(FAKE_ETHTOOL)}
+            module_args = {
+                "root": str(host / "root"),
+                "sample_seconds": 0,
+                "ethtool_path": str(FAKE_ETHTOOL),
+                "result": shape,
+            }
             if "gpufleet_policy:" in demo_vars:
                 import yaml
 

@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     library.mkdir()
     (library / "echo_result.py").write_text(ECHO_MODULE)
     recorded = log_dir / "recorded-result.json"
-    recorded.write_text(json.dumps(scale.recorded_results(fleet, kinds=1)[0]))
+    recorded.write_text(json.dumps(scale.recorded_results(fleet, kinds=1, shape="full")[0]))
     env = {**scale.base_env(work / "tmp", False), "ANSIBLE_LIBRARY": str(library)}
     plays = _plays(log_dir, recorded)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {s: {c: [] for c in contenders} for s in strategies}

@@ -104,7 +104,10 @@ def build_junit(report: dict) -> ET.Element:
             st = f.get("status")
             severity = _x(f.get("severity") or "")
             message = _x(f.get("message") or title)
-            body = _x(_details(f, str(entry.get("rationale") or ""), _sources(entry.get("references"))))
+            if st in ("pass", "skip"):  # no body: most findings pass, and their details would go unwritten
+                body = ""
+            else:
+                body = _x(_details(f, str(entry.get("rationale") or ""), _sources(entry.get("references"))))
             if st == "fail":
                 ET.SubElement(case, "failure", message=f"[{severity}] {message}", type=severity).text = body
                 counts["failures"] += 1
