@@ -2,8 +2,8 @@
 # Copyright: gpufleet contributors
 # Apache License 2.0 (see LICENSE)
 """The state of the host around the GPUs: CPU and governors, NUMA, memory and swap pressure,
-VM sysctls, transparent huge pages, memlock limits (memlock.py), irqbalance and NIC/GPU IRQ affinity, kernel, OS
-and the kernel log (read and scanned by kernel_log.py).
+VM sysctls, transparent huge pages, memlock limits (memlock.py), irqbalance, the active TuneD profile and NIC/GPU IRQ
+affinity, kernel, OS and the kernel log (read and scanned by kernel_log.py).
 
 Every file is read through HostFS, so a fixture tree (as the tests use) or a mounted
 image can stand in for the host. Commands (dmesg, journalctl) run only through the ``run``
@@ -417,6 +417,13 @@ def read_irqbalance(fs):
     return {"installed": installed, "running": running}
 
 
+def read_tuned(fs):
+    """The active TuneD profile (``/etc/tuned/active_profile``, which tuned-adm writes and ``tuned-adm off`` empties):
+    ``{"profile": name}``, the name None when TuneD has no profile active. A TuneD profile sets the CPU governor and
+    sysctls itself, so host_tuning leaves the governor to it (HOST-CPU-001)."""
+    return {"profile": (fs.read("/etc/tuned/active_profile") or "").strip() or None}
+
+
 def parse_cpumask(text):
     """CPU ids of a kernel cpumask ("00000000,0000000f" -> [0, 1, 2, 3]: comma-separated 32-bit hex words, most
     significant first, as /proc/irq/<n>/affinity_hint prints it); None when it is not a mask."""
@@ -566,6 +573,7 @@ def collect(fs, run=None, sample_seconds=1.0, kernel_log="auto", kernel_log_line
         "hugepages": read_hugepages(unsupported, meminfo),
         "memlock": memlock.read_memlock(fs, unsupported),
         "irqbalance": read_irqbalance(fs),
+        "tuned": read_tuned(fs),
         "irq": read_irq(fs, unsupported),
         "kernel": read_kernel(fs, unsupported),
         "os": read_os(fs, unsupported),

@@ -20,8 +20,8 @@ description:
     CAP_IPC_LOCK, as configured for pam_limits, the systemd manager's default, and of the daemons GPU jobs run
     under, that is the C(LimitMEMLOCK) of the slurmd, kubelet, containerd, docker and crio units with their
     drop-ins and the limits of those daemons' running processes); whether irqbalance is installed and running;
-    the interrupt affinity of the NICs' and NVIDIA GPUs' MSI/MSI-X vectors and which of them are pinned by hand;
-    the kernel and OS release.
+    the active TuneD profile; the interrupt affinity of the NICs' and NVIDIA GPUs' MSI/MSI-X vectors and which of
+    them are pinned by hand; the kernel and OS release.
   - Scans the kernel log for NVIDIA Xid events (grouped by code, with meaning and severity) and PCIe AER errors.
   - A value that cannot be read is V(null) and its dotted name is a key of C(host.unsupported) with the reason.
     An unreadable kernel log is reported in C(host.kernel_log.error); it never fails the module.
@@ -194,6 +194,12 @@ host:
     irqbalance:
       description: C(installed) (binary in /usr/sbin or /usr/bin) and C(running) (a process named irqbalance).
       type: dict
+    tuned:
+      description:
+        - C(profile), the active TuneD profile (C(/etc/tuned/active_profile)); V(null) when TuneD has no profile
+          active (no file, or emptied by C(tuned-adm off)). A TuneD profile sets the CPU governor and sysctls itself.
+      type: dict
+      sample: {profile: throughput-performance}
     irq:
       description:
         - Interrupts of the NICs (C(/sys/class/net/<nic>/device/msi_irqs)) and NVIDIA GPUs (PCI vendor 0x10de, class

@@ -200,18 +200,25 @@ def test_targets_come_from_the_policy_and_running_choices_are_kept(tmp_path):
     assert [c for c in changed if c[1] != "Decisions"] == []
 
 
-def test_vars_hold_constants_only():
-    """Issue 14: vars/main.yml (which outranks the inventory) holds the role's fixed data only; the policy and the
-    targets computed from it and the running values are facts that tasks/targets.yml sets after host_info."""
+def test_the_role_computes_no_target_itself():
+    """Issue 27: every target comes from gpufleet.tuning.remediation_targets (each rule's target next to its check in
+    rules/memory.py and rules/cpu.py): the role's first task runs it when the playbook has not (gpufleet_targets),
+    the next one reads it; no host_info call, no policy merging, no vars/ that template (issue 14: vars/ outranks
+    the inventory)."""
     role = REPO / "roles" / "host_tuning"
-    text = (role / "vars" / "main.yml").read_text()
-    assert "{{" not in text and "{%" not in text, "vars/main.yml computes a value"
+    assert not (role / "tasks" / "targets.yml").exists()
+    vars_file = role / "vars" / "main.yml"
+    if vars_file.exists():
+        assert "{{" not in vars_file.read_text() and "{%" not in vars_file.read_text(), "vars/main.yml computes"
+    tasks = "\n".join(p.read_text() for p in sorted((role / "tasks").glob("*.yml")))
+    for word in ("host_info", "gpufleet_policy", "effective_policy", "policy_inputs"):
+        assert word not in tasks, word
     main = yaml.safe_load((role / "tasks" / "main.yml").read_text())[0]["block"]
-    names = [t.get("register") or t.get("ansible.builtin.import_tasks") for t in main]
-    assert names.index("targets.yml") > names.index("__host_tuning_facts")
-    assert names.index("targets.yml") > names.index("__host_tuning_tuned")
-    for task in yaml.safe_load((role / "tasks" / "targets.yml").read_text()):
-        assert task["tags"] == ["always"], task["name"]  # --tags HOST-MEM-004 needs them too
+    first, second = main[0], main[1]
+    assert first["gpufleet.tuning.remediation_targets"]["roles"] == ["host_tuning"]
+    assert first["when"] == "gpufleet_targets is not defined" and first["register"] == "__host_tuning_targets"
+    assert "__host_tuning_t" in second["ansible.builtin.set_fact"]
+    assert first["tags"] == second["tags"] == ["always"]  # --tags HOST-MEM-004 needs them too
 
 
 def _pinned(affinity):

@@ -184,6 +184,7 @@ def test_healthy_default_root_exactly(healthy):
             "services": [],
         },
         "irqbalance": {"installed": True, "running": True},
+        "tuned": {"profile": None},
         "irq": {"devices": 0, "irqs": 0, "pinned": [], "driver_set": 0, "unreadable": 0},
         "kernel": {"release": "5.15.0-105-generic", "version": "#115-Ubuntu SMP Mon Apr 15 09:52:04 UTC 2024"},
         "os": {"id": "ubuntu", "version_id": "22.04", "pretty_name": "Ubuntu 22.04.4 LTS"},
@@ -309,6 +310,18 @@ def test_irqs_pinned_by_hand_are_reported(tmp_path):
     ]
     assert irq["pinned"][-1] == {"irq": 200, "device": "0000:18:00.0", "cpus": "4", "numa_node": 0}
     assert len(irq["pinned"]) == 9 and "irq.pinned" not in got["unsupported"]
+
+
+def test_the_active_tuned_profile_is_read(tmp_path):
+    """Issue 27: host_tuning leaves the governor to an active TuneD profile; the audit's reader says which is active
+    (the role slurped active_profile itself before, and took an emptied one - tuned-adm off - for an active one)."""
+    root = mkroot.build_root(tmp_path / "r")
+    assert collect(root)["tuned"] == {"profile": None}
+    (root / "etc/tuned").mkdir(parents=True, exist_ok=True)
+    (root / "etc/tuned/active_profile").write_text("")
+    assert collect(root)["tuned"] == {"profile": None}
+    (root / "etc/tuned/active_profile").write_text("throughput-performance\n")
+    assert collect(root)["tuned"] == {"profile": "throughput-performance"}
 
 
 def test_irq_masks_the_driver_chose_are_not_hand_pinned(tmp_path):

@@ -15,7 +15,8 @@ from __future__ import annotations
 import pytest
 import rule_cases
 from ansible_collections.gpufleet.tuning.plugins.module_utils import host as host_mod
-from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as pol_mod
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rules, targets
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 from rule_cases import evaluate, host, host_facts, mkroot, nics, set_
 from rule_facts import gpu, healthy
@@ -336,3 +337,83 @@ def test_host_info_names_an_unreadable_setspeed(tmp_path):
     # a host on another governor has no userspace block
     other = mkroot.build_root(tmp_path / "o", {"scaling_driver": "acpi-cpufreq", "governor": "ondemand"})
     assert host_mod.collect(HostFS(str(other)), sample_seconds=0, kernel_log="none")["cpu"]["userspace"] is None
+
+
+# ------------------------------------------------------------------ targets (issue 27): what host_tuning sets
+# Each fixable rule's target sits next to its check; host_tuning sets exactly what targets.compute returns. Before
+# issue 27 the role computed them in Jinja (roles/host_tuning/tasks/targets.yml), so every test here failed then.
+
+
+def _host_targets(facts, overrides=None, role_vars=None):
+    policy = pol_mod.validate(overrides or {}, known_rules=rules.BY_ID)
+    return targets.compute(facts, policy, role_vars, roles=("host_tuning",))
+
+
+@pytest.mark.parametrize("policy", [None, {"cpu": {"governor": "schedutil"}}])
+def test_setting_the_governor_target_passes_the_check(policy):
+    facts = _cpu(scaling_driver="acpi-cpufreq", governors={"powersave": "0-223"})
+    assert _governor(facts, policy)["status"] == "fail"
+    t = _host_targets(facts, policy)["roles"]["host_tuning"]
+    assert t["tuned_profile"] is None  # no TuneD: the role sets the governor
+    facts["host"]["cpu"]["governors"] = {t["governor"]: "0-223"}
+    assert _governor(facts, policy)["status"] == "pass", t
+
+
+def test_the_governor_target_names_an_active_tuned_profile_and_a_role_variable_wins(tmp_path):
+    root = mkroot.build_root(tmp_path / "r", {"governor": "powersave"})
+    (root / "etc/tuned").mkdir(parents=True, exist_ok=True)
+    (root / "etc/tuned/active_profile").write_text("balanced\n")
+    facts = healthy()
+    facts["host"] = host_mod.collect(HostFS(str(root)), sample_seconds=0, kernel_log="none")
+    out = _host_targets(facts, None, {"host_tuning_governor": "ondemand"})
+    assert (out["roles"]["host_tuning"]["governor"], out["roles"]["host_tuning"]["tuned_profile"]) == (
+        "ondemand",
+        "balanced",
+    )
+    assert out["overrides"] == [
+        {"variable": "host_tuning_governor", "value": "ondemand", "policy_key": "cpu.governor",
+         "policy_value": "performance"}
+    ]  # fmt: skip
+
+
+def test_numa_balancing_target_is_off_unless_the_policy_allows_it():
+    facts = healthy()
+    host(facts)["numa"]["balancing"] = True
+    assert _finding(facts, "HOST-CPU-003")["status"] == "fail"
+    t = _host_targets(facts)["roles"]["host_tuning"]
+    assert t["numa_balancing"] == 0
+    host(facts)["numa"]["balancing"] = bool(t["numa_balancing"])
+    assert _finding(facts, "HOST-CPU-003")["status"] == "pass"
+    allowed = {"cpu": {"numa_balancing": True}}
+    for running, kept in ((True, 1), (False, 0), (None, None)):  # allowed: the running value is kept
+        host(facts)["numa"]["balancing"] = running
+        assert _host_targets(facts, allowed)["roles"]["host_tuning"]["numa_balancing"] == kept, running
+    out = _host_targets(facts, None, {"host_tuning_numa_balancing": 1})
+    assert out["roles"]["host_tuning"]["numa_balancing"] == 1
+    assert [(o["policy_key"], o["policy_value"]) for o in out["overrides"]] == [("cpu.numa_balancing", False)]
+
+
+PINNED = [{"irq": 120, "device": "ens1", "cpus": "2"}, {"irq": 121, "device": "ens1", "cpus": "3"}]
+
+
+def test_irqbalance_target_follows_the_policy_and_keeps_off_irqs_pinned_by_hand():
+    facts = healthy()
+    host(facts)["irqbalance"]["running"] = False
+
+    def irq(policy=None, role_vars=None):
+        t = _host_targets(facts, policy, role_vars)["roles"]["host_tuning"]
+        return t["irqbalance_state"], t["irqbalance_running"], t["irqbalance_blocked"], t["irq_pinned"]
+
+    assert irq() == (None, False, False, [])  # any: left to the owner
+    running = {"cpu": {"irqbalance": "running"}}
+    assert irq(running) == ("started", False, False, [])
+    assert irq({"cpu": {"irqbalance": "stopped"}}) == ("stopped", False, False, [])
+    host(facts)["irq"]["pinned"] = PINNED
+    # Not started over IRQs pinned by hand: exactly where the check passes the stopped irqbalance.
+    assert irq(running) == ("started", False, True, PINNED)
+    finding = _finding(facts, "HOST-CPU-004", running)
+    assert finding["status"] == "pass" and "IRQs pinned by hand" in finding["message"]
+    assert irq() == (None, False, False, PINNED)
+    assert irq(None, {"host_tuning_irqbalance_state": "started"}) == ("started", False, True, PINNED)
+    host(facts)["irqbalance"]["running"] = True
+    assert irq(running) == ("started", True, False, PINNED)  # running already: nothing to keep it from

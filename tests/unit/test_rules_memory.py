@@ -7,8 +7,10 @@ facts from rule_facts. Each test marked "old code: ..." failed against the rules
 
 from __future__ import annotations
 
+import pytest
 import rule_cases
-from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
+from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as pol_mod
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rules, targets
 from rule_cases import evaluate, gpus, host, host_facts, mkroot, set_
 from rule_facts import healthy
 
@@ -254,3 +256,126 @@ def test_dockerd_and_a_runtime_without_kubelet_are_read_not_judged(tmp_path):
         "k8s-node",
     )
     assert _finding(facts, "HOST-MEM-004")["status"] == "fail"
+
+
+# ------------------------------------------------------------------ targets (issue 27): what host_tuning sets
+# Each fixable rule's target sits next to its check; host_tuning sets exactly what targets.compute returns. Before
+# issue 27 the role computed them in Jinja (roles/host_tuning/tasks/targets.yml), so every test here failed then.
+
+
+def _host_targets(facts, overrides=None, role_vars=None):
+    policy = pol_mod.validate(overrides or {}, known_rules=rules.BY_ID)
+    return targets.compute(facts, policy, role_vars, roles=("host_tuning",))
+
+
+def _apply_memory(facts, t):
+    host(facts)["vm"].update(swappiness=t["swappiness"], overcommit_memory=t["overcommit_memory"])
+    host(facts)["thp"].update(enabled=t["thp_enabled"], defrag=t["thp_defrag"])
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        None,
+        {"memory": {"max_swappiness": 5, "overcommit_memory": [1], "thp_enabled": ["never"], "thp_defrag": ["never"]}},
+    ],
+)
+def test_setting_the_memory_targets_passes_the_checks(policy):
+    facts = healthy()
+    host(facts)["vm"].update(swappiness=60, overcommit_memory=2)
+    host(facts)["memory"]["swap_total_mib"] = 8192
+    host(facts)["thp"].update(enabled="always", defrag="always")
+    rule_ids = ("HOST-MEM-002", "HOST-MEM-003", "HOST-MEM-005")
+    assert {evaluate(facts, policy)[r]["status"] for r in rule_ids} == {"fail"}
+    t = _host_targets(facts, policy)["roles"]["host_tuning"]
+    _apply_memory(facts, t)
+    after = evaluate(facts, policy)
+    assert {r: after[r]["status"] for r in rule_ids} == dict.fromkeys(rule_ids, "pass"), t
+
+
+def test_a_running_value_the_policy_accepts_is_kept_else_the_policys_first():
+    facts = healthy()
+    host(facts)["vm"]["overcommit_memory"] = 1
+    host(facts)["thp"].update(enabled="never", defrag="always")
+    t = _host_targets(facts)["roles"]["host_tuning"]
+    assert (t["overcommit_memory"], t["thp_enabled"], t["thp_defrag"]) == (1, "never", "madvise")
+    t = _host_targets(facts, {"memory": {"overcommit_memory": [0], "thp_enabled": ["madvise", "always"]}})
+    assert (t["roles"]["host_tuning"]["overcommit_memory"], t["roles"]["host_tuning"]["thp_enabled"]) == (0, "madvise")
+    # No acceptable value at all: the role leaves the setting alone.
+    t = _host_targets(facts, {"memory": {"overcommit_memory": [], "thp_defrag": []}})["roles"]["host_tuning"]
+    assert t["overcommit_memory"] is None and t["thp_defrag"] is None
+    # Unreadable: the policy's first.
+    host(facts)["vm"]["overcommit_memory"] = None
+    assert _host_targets(facts)["roles"]["host_tuning"]["overcommit_memory"] == 0
+
+
+def test_role_variables_take_the_policys_place_and_are_listed():
+    facts = healthy()
+    host(facts)["vm"]["overcommit_memory"] = 1
+    role_vars = {
+        "host_tuning_swappiness": 1,
+        "host_tuning_overcommit_memory": 0,
+        "host_tuning_thp_defrag": "never",
+        "host_tuning_thp_enabled": None,  # not set
+    }
+    out = _host_targets(facts, None, role_vars)
+    t = out["roles"]["host_tuning"]
+    assert (t["swappiness"], t["overcommit_memory"], t["thp_enabled"], t["thp_defrag"]) == (1, 0, "madvise", "never")
+    assert out["overrides"] == [
+        {"variable": "host_tuning_swappiness", "value": 1, "policy_key": "memory.max_swappiness", "policy_value": 10},
+        {
+            "variable": "host_tuning_thp_defrag",
+            "value": "never",
+            "policy_key": "memory.thp_defrag",
+            "policy_value": ["madvise", "defer", "defer+madvise", "never"],
+        },
+        {
+            "variable": "host_tuning_overcommit_memory",
+            "value": 0,
+            "policy_key": "memory.overcommit_memory",
+            "policy_value": [0, 1],
+        },
+    ]
+
+
+def test_the_memlock_target_in_limits_conf_and_systemd_forms():
+    facts = healthy()
+    t = _host_targets(facts)["roles"]["host_tuning"]
+    assert (t["memlock"], t["memlock_kb"], t["memlock_systemd"]) == ("unlimited", None, "infinity")
+    t = _host_targets(facts, {"memory": {"min_memlock_kb": 1048576}})["roles"]["host_tuning"]
+    assert (t["memlock"], t["memlock_kb"], t["memlock_systemd"]) == ("1048576", 1048576, "1048576K")
+    for given, text, kb in (("infinity", "infinity", None), (-1, "-1", None), (65536, "65536", 65536)):
+        t = _host_targets(facts, None, {"host_tuning_memlock": given})["roles"]["host_tuning"]
+        assert (t["memlock"], t["memlock_kb"]) == (text, kb), given
+    with pytest.raises(ValueError, match="host_tuning_memlock: '8M' is not a memlock limit"):
+        _host_targets(facts, None, {"host_tuning_memlock": "8M"})
+
+
+def test_memlock_drop_ins_go_to_the_units_the_check_judges_and_running_daemons_need_a_restart(tmp_path):
+    facts, _ = host_facts(
+        tmp_path,
+        {
+            "job_services": [
+                mkroot.job_service("kubelet.service"),  # starts no job itself
+                mkroot.job_service("containerd.service"),  # running with systemd's default 8 MiB
+                mkroot.job_service("slurmd.service", running=False),
+                mkroot.job_service("docker.service"),  # docker run --ulimit sets a container's limit
+            ]
+        },
+    )
+    t = _host_targets(facts)["roles"]["host_tuning"]
+    assert t["memlock_services"] == ["slurmd.service", "containerd.service"]  # in host_info's order
+    assert t["memlock_restart"] == ["containerd.service"]
+    judged = {i["unit"] for i in evaluate(facts)["HOST-MEM-004"]["items"]}
+    assert judged == {"containerd.service", "slurmd.service"}  # the check's units are the fix's
+    # A policy the running daemon already meets: no restart.
+    t = _host_targets(facts, {"memory": {"min_memlock_kb": 8192}})["roles"]["host_tuning"]
+    assert t["memlock_restart"] == []
+    # The owner's list wins (and is listed, with the units the check would have chosen).
+    out = _host_targets(facts, None, {"host_tuning_memlock_services": []})
+    assert (
+        out["roles"]["host_tuning"]["memlock_services"] == [] and out["roles"]["host_tuning"]["memlock_restart"] == []
+    )
+    assert [(o["variable"], o["value"], o["policy_value"]) for o in out["overrides"]] == [
+        ("host_tuning_memlock_services", [], ["slurmd.service", "containerd.service"])
+    ]

@@ -11,6 +11,7 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import sources
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (
     Rule,
+    RoleVar,
     host_fact,
     network_fact,
     readable_gpus,
@@ -111,6 +112,16 @@ def check_governor(facts, pol):
         items=items,
         severity="low",
     )
+
+
+def target_governor(facts, pol, given):
+    """HOST-CPU-001's fix: the policy's ``governor`` on every CPU, and the active TuneD profile (``tuned_profile``,
+    None without one): TuneD sets the governor itself, so host_tuning leaves it to TuneD unless
+    host_tuning_override_tuned."""
+    return {
+        "governor": given.get("governor", pol["cpu"]["governor"]),
+        "tuned_profile": host_fact(facts, "tuned", "profile"),
+    }
 
 
 def check_cores_per_gpu(facts, pol):
@@ -270,6 +281,17 @@ def check_numa_balancing(facts, pol):
     return result(status, value, allowed, "automatic NUMA balancing is %s" % ("on" if value else "off"))
 
 
+def target_numa_balancing(facts, pol, given):
+    """HOST-CPU-003's fix: kernel.numa_balancing 0 when the policy forbids balancing; where it allows it, the running
+    value (1 or 0; None when unreadable: leave it)."""
+    if "numa_balancing" in given:
+        return {"numa_balancing": given["numa_balancing"]}
+    if not pol["cpu"]["numa_balancing"]:
+        return {"numa_balancing": 0}
+    running = host_fact(facts, "numa", "balancing")
+    return {"numa_balancing": None if running is None else int(bool(running))}
+
+
 def pinned_summary(pinned):
     """ "ens1f0 (IRQs 120-123), 0000:18:00.0 (IRQ 200)": hand-pinned IRQs grouped by device, for messages."""
     by_device = {}
@@ -282,6 +304,34 @@ def pinned_summary(pinned):
     return ", ".join(parts)
 
 
+def irqs_kept_from_irqbalance(facts, wanted):
+    """The IRQs pinned by hand that keep irqbalance from being started where ``wanted`` (cpu.irqbalance's form) is
+    "running" and it does not run: pinning NIC and GPU interrupts by hand is the other way to spread them, and
+    irqbalance would move them. [] otherwise. The check passes such a host; the fix does not start irqbalance."""
+    if wanted != "running" or (host_fact(facts, "irqbalance") or {}).get("running"):
+        return []
+    return host_fact(facts, "irq", "pinned") or []
+
+
+# The irqbalance service state (ansible.builtin.systemd_service) for each cpu.irqbalance value; "any" leaves the
+# service alone (None).
+IRQBALANCE_SERVICE_STATES = {"running": "started", "stopped": "stopped"}
+
+
+def target_irqbalance(facts, pol, given):
+    """HOST-CPU-004's fix: the irqbalance service state (``irqbalance_state``: started, stopped, or None to leave
+    it), whether it runs (``irqbalance_running``), the IRQs pinned by hand (``irq_pinned``) and whether they keep
+    it from being started (``irqbalance_blocked``; host_tuning_irqbalance_override_pinned starts it anyway)."""
+    state = given.get("irqbalance_state", IRQBALANCE_SERVICE_STATES.get(pol["cpu"]["irqbalance"]))
+    wanted = dict((v, k) for k, v in IRQBALANCE_SERVICE_STATES.items()).get(state)
+    return {
+        "irqbalance_state": state,
+        "irqbalance_running": bool((host_fact(facts, "irqbalance") or {}).get("running")),
+        "irq_pinned": host_fact(facts, "irq", "pinned") or [],
+        "irqbalance_blocked": bool(irqs_kept_from_irqbalance(facts, wanted)),
+    }
+
+
 def check_irqbalance(facts, pol):
     irq = host_fact(facts, "irqbalance")
     if irq is None:
@@ -290,8 +340,8 @@ def check_irqbalance(facts, pol):
     state = "running" if irq.get("running") else "stopped"
     if wanted == "any" or state == wanted:
         return result("pass", state, wanted, "irqbalance is %s" % state)
-    pinned = host_fact(facts, "irq", "pinned") or []
-    if wanted == "running" and pinned:
+    pinned = irqs_kept_from_irqbalance(facts, wanted)
+    if pinned:
         # Pinning NIC and GPU interrupts by hand is the other way to spread them (the rationale says so), and
         # irqbalance would move them: a deliberate choice, kept.
         return result(
@@ -320,6 +370,8 @@ RULES = (
         "(scaling_setspeed): the highest is a low warning, anything lower fails.",
         check_governor,
         role="host_tuning",
+        target=target_governor,
+        role_vars=(RoleVar("host_tuning_governor", "governor", "cpu.governor"),),
         policy_keys=("cpu.governor", "cpu.hwp_epp"),
         references=(sources.KERNEL_CPUFREQ, sources.KERNEL_INTEL_PSTATE, sources.KERNEL_AMD_PSTATE),
     ),
@@ -363,6 +415,8 @@ RULES = (
         "multi-socket machines, so it is a tuning, not a fault: low.",
         check_numa_balancing,
         role="host_tuning",
+        target=target_numa_balancing,
+        role_vars=(RoleVar("host_tuning_numa_balancing", "numa_balancing", "cpu.numa_balancing"),),
         policy_keys=("cpu.numa_balancing",),
         references=(sources.KERNEL_SYSCTL_KERNEL,),
     ),
@@ -375,6 +429,8 @@ RULES = (
         "limits network and storage throughput.",
         check_irqbalance,
         role="host_tuning",
+        target=target_irqbalance,
+        role_vars=(RoleVar("host_tuning_irqbalance_state", "irqbalance_state", "cpu.irqbalance"),),
         policy_keys=("cpu.irqbalance",),
         references=(sources.KERNEL_IRQ_AFFINITY,),
     ),

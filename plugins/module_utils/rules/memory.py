@@ -103,6 +103,20 @@ def target_swappiness(facts, pol, given):
     return {"swappiness": given.get("swappiness", pol["memory"]["max_swappiness"])}
 
 
+def accepts(allowed, value):
+    """Whether a setting's running ``value`` is one of the policy's acceptable values (``allowed``, a list): what the
+    check passes and what the fix keeps."""
+    return value is not None and value in allowed
+
+
+def kept_or_first(running, allowed):
+    """What the fix sets for a setting the policy gives a list of acceptable values for: the running value when the
+    policy accepts it (an owner's choice is kept), else the policy's first (None when the list is empty)."""
+    if accepts(allowed, running):
+        return running
+    return allowed[0] if allowed else None
+
+
 def check_thp(facts, pol):
     # Kernel Documentation/admin-guide/mm/transhuge.rst: defrag "always" makes an allocation that wants a huge page
     # stall in direct reclaim and compaction; "madvise" (RHEL's default, with enabled=always) does so only for
@@ -112,12 +126,22 @@ def check_thp(facts, pol):
         return skip("transparent hugepage settings not readable")
     allowed = {"enabled": pol["memory"]["thp_enabled"], "defrag": pol["memory"]["thp_defrag"]}
     observed = {"enabled": mode, "defrag": defrag}
-    bad = [k for k in ("enabled", "defrag") if observed[k] is not None and observed[k] not in allowed[k]]
+    bad = [k for k in ("enabled", "defrag") if observed[k] is not None and not accepts(allowed[k], observed[k])]
     if bad:
         return result(
             "fail", observed, allowed, "transparent hugepages: %s" % ", ".join("%s=%s" % (k, observed[k]) for k in bad)
         )
     return result("pass", observed, allowed, "transparent hugepages: enabled=%s, defrag=%s" % (mode, defrag))
+
+
+def target_thp(facts, pol, given):
+    """HOST-MEM-003's fix: transparent hugepages ``thp_enabled`` and ``thp_defrag``, each the running mode when the
+    policy accepts it, else the policy's first acceptable mode (None: leave it)."""
+    out = {}
+    for key in ("enabled", "defrag"):
+        name = "thp_" + key
+        out[name] = given[name] if name in given else kept_or_first(host_fact(facts, "thp", key), pol["memory"][name])
+    return out
 
 
 # systemd-system.conf(5) DefaultLimitMEMLOCK=: what a unit without LimitMEMLOCK= gets (8M on current systemd; the
@@ -287,13 +311,75 @@ def check_memlock(facts, pol):
     )
 
 
+# What a memlock limit is written as for "no limit": limits.conf(5) takes "unlimited", "infinity" and -1;
+# systemd.exec(5) LimitMEMLOCK= takes "infinity" (else bytes, with a base-1024 suffix: "<KiB>K").
+UNLIMITED_WORDS = ("unlimited", "infinity", "-1")
+
+
+def memlock_limit(value):
+    """``(text, kb)`` of a memlock limit given as KiB (an integer or its digits) or one of ``UNLIMITED_WORDS``:
+    ``text`` as limits.conf takes it, ``kb`` None for unlimited. ValueError names what is accepted."""
+    text = str(value)
+    if text.lower() in UNLIMITED_WORDS:
+        return text, None
+    if isinstance(value, bool) or not text.isdigit():
+        raise ValueError(
+            "host_tuning_memlock: %r is not a memlock limit (KiB as digits, or one of %s)"
+            % (value, ", ".join(UNLIMITED_WORDS))
+        )
+    return text, int(text)
+
+
+def job_units(memlock):
+    """The job daemons' units HOST-MEM-004 judges (``_not_judged``) that have a unit file to take a drop-in, in the
+    order host_info lists them: slurmd, and containerd or CRI-O where kubelet is installed."""
+    services = (memlock or {}).get("services") or []
+    units = {s.get("unit") for s in services}
+    return [s["unit"] for s in services if s.get("fragment") and not _not_judged(s, units)]
+
+
+def target_memlock(facts, pol, given):
+    """HOST-MEM-004's fix: the memlock limit for users' jobs (``memlock``, as limits.conf takes it) and for the job
+    daemons' units (``memlock_systemd``, LimitMEMLOCK's form; ``memlock_kb``, None for unlimited), the units that
+    get the drop-in (``memlock_services``) and those of them whose running daemon has less than the limit and keeps
+    it until restarted (``memlock_restart``, judged as the check judges a running daemon). The limit is the
+    policy's ``memory.min_memlock_kb``, unlimited when it is null (its default)."""
+    required = pol["memory"]["min_memlock_kb"]
+    text, kb = memlock_limit(given.get("memlock", "unlimited" if required is None else required))
+    memlock = host_fact(facts, "memlock") or {}
+    units = list(given["memlock_services"]) if "memlock_services" in given else job_units(memlock)
+    restart = []
+    for svc in memlock.get("services") or []:
+        if svc.get("unit") not in units or svc["unit"] in restart:
+            continue
+        procs = [p for p in svc.get("processes") or [] if not p.get("error") and p.get("soft_kb") is not None]
+        if any(not _memlock_ok(p["soft_kb"], kb) for p in procs):
+            restart.append(svc["unit"])
+    return {
+        "memlock": text,
+        "memlock_kb": kb,
+        "memlock_systemd": "infinity" if kb is None else "%dK" % kb,
+        "memlock_services": units,
+        "memlock_restart": restart,
+    }
+
+
 def check_overcommit(facts, pol):
     value = host_fact(facts, "vm", "overcommit_memory")
     if value is None:
         return skip("vm.overcommit_memory not readable")
     allowed = pol["memory"]["overcommit_memory"]
-    status = "pass" if value in allowed else "fail"
+    status = "pass" if accepts(allowed, value) else "fail"
     return result(status, value, allowed, "vm.overcommit_memory is %d" % value)
+
+
+def target_overcommit(facts, pol, given):
+    """HOST-MEM-005's fix: vm.overcommit_memory, the running value when the policy accepts it, else the policy's
+    first acceptable value (None: leave it)."""
+    if "overcommit_memory" in given:
+        return {"overcommit_memory": given["overcommit_memory"]}
+    running = host_fact(facts, "vm", "overcommit_memory")
+    return {"overcommit_memory": kept_or_first(running, pol["memory"]["overcommit_memory"])}
 
 
 _SWAP_FIX = (
@@ -362,6 +448,11 @@ RULES = (
         "'madvise' (RHEL's default, with enabled=always) keeps the benefit where asked for.",
         check_thp,
         role="host_tuning",
+        target=target_thp,
+        role_vars=(
+            RoleVar("host_tuning_thp_enabled", "thp_enabled", "memory.thp_enabled"),
+            RoleVar("host_tuning_thp_defrag", "thp_defrag", "memory.thp_defrag"),
+        ),
         policy_keys=("memory.thp_defrag", "memory.thp_enabled"),
         references=(sources.KERNEL_THP,),
     ),
@@ -377,6 +468,15 @@ RULES = (
         "not apply to root). A root process with CAP_IPC_LOCK is not bound by the limit at all.",
         check_memlock,
         role="host_tuning",
+        target=target_memlock,
+        role_vars=(
+            RoleVar("host_tuning_memlock", "memlock", "memory.min_memlock_kb"),
+            RoleVar(
+                "host_tuning_memlock_services",
+                "memlock_services",
+                "the job daemons HOST-MEM-004 judges (host facts memlock.services)",
+            ),
+        ),
         policy_keys=("memory.min_memlock_kb",),
         references=(sources.MLOCK, sources.LIMITS_CONF, sources.SYSTEMD_EXEC, sources.SLURM_FAQ_MEMLOCK),
     ),
@@ -389,6 +489,8 @@ RULES = (
         "out-of-memory errors while RAM is free.",
         check_overcommit,
         role="host_tuning",
+        target=target_overcommit,
+        role_vars=(RoleVar("host_tuning_overcommit_memory", "overcommit_memory", "memory.overcommit_memory"),),
         policy_keys=("memory.overcommit_memory",),
         references=(sources.KERNEL_VM_SYSCTL,),
     ),
