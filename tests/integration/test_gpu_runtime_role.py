@@ -262,3 +262,57 @@ def test_reboot_required_is_set_on_every_run(tmp_path, profiles, sim_lib, hostva
     gpu1, _changed = _run(tmp_path)
     assert gpu1.status == "ok", gpu1.message
     assert gpu1.results["Reboot fact"]["gpu_runtime_reboot_required"] is expected
+
+
+# ---------------------------------------------------------------- issue 27: the targets the playbook computed
+
+TARGETS_FIRST = [
+    {
+        "name": "Targets (as playbooks/remediate.yml computes them, once per host)",
+        "gpufleet.tuning.remediation_targets": {"roles": ["gpu_runtime"]},
+        "register": "gpufleet_targets",
+    }
+]
+
+
+def test_the_role_sets_the_targets_the_playbook_computed(tmp_path, profiles, sim_lib):
+    """Run from remediate.yml, the role reads gpufleet_targets (GPU-PWR-002's target next to its check) and does
+    not compute them again; a role variable in the policy's place is listed with the key it replaces."""
+    state = _policy_host(
+        tmp_path,
+        profiles,
+        sim_lib,
+        [],
+        gpu_runtime_power_limit="250",
+        gpufleet_policy_group={"power": {"limit_w": 300}},
+    )
+    labkit.write_play(
+        tmp_path,
+        labkit.play(
+            "GPU runtime",
+            roles=("gpu_runtime",),
+            environment=labkit.SIM_NVML,
+            pre_tasks=TARGETS_FIRST,
+            tasks=FACT_TASKS,
+        ),
+    )
+    gpu1, changed = _run(tmp_path)
+    assert gpu1.status == "ok", gpu1.message
+    assert gpu1.results["Targets (as playbooks/remediate.yml computes them, once per host)"]["roles"] == {
+        "gpu_runtime": {
+            "persistence_mode": True,
+            "power_limit": "250",
+            "power_limit_cap": "300",
+            "power_limit_clamp": False,
+            "power_limit_at_least": False,
+            "ecc_mode": True,
+        }
+    }
+    # The role's own module run is skipped (a skipped task has no ok result).
+    assert "Compute this role's targets from the host's effective policy (the one the audit uses)" not in gpu1.results
+    assert "Power limit (GPU-PWR-002)" in changed
+    assert _limits(profiles, state) == ["250000", "250000"]
+    assert gpu1.results["Policy overrides"]["gpu_runtime_policy_overrides"] == [
+        {"variable": "gpu_runtime_power_limit", "value": "250", "policy_key": "power.limit_w", "policy_value": 300}
+    ]
+    assert _finding(gpu1, "GPU-PWR-002")["status"] == "fail"  # below the declared cap: the user's decision, reported
