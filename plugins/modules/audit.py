@@ -262,8 +262,8 @@ def main():
                             kernel_log_since_hours=params["kernel_log_since_hours"], ethtool=ethtool_path,
                             peer_timeout=params["peer_timeout"])
 
-    module.exit_json(changed=False, **audit_core.module_result(result, policy, include_facts=params["include_facts"],
-                                                             shape=params["result"]))
+    shaped = audit_core.module_result(result, policy, include_facts=params["include_facts"], shape=params["result"])
+    module.exit_json(changed=False, **shaped)
 
 
 if __name__ == "__main__":
