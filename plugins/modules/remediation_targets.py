@@ -165,7 +165,10 @@ def main():
         )
     roles = [r for r in ROLES if r in p["roles"]]
     facts = gather(module, policy, roles, role_vars)
-    out = targets.compute(facts, policy, role_vars, roles=roles)
+    try:
+        out = targets.compute(facts, policy, role_vars, roles=roles)
+    except ValueError as exc:  # a role variable the target cannot use: the message names it and what it takes
+        module.fail_json(msg="role_vars: %s" % exc)
     module.exit_json(changed=False, policy=policy, links=facts.get("links") or {}, **out)
 
 

@@ -86,3 +86,17 @@ def test_a_role_variable_takes_the_policy_place_and_is_listed(tmp_path):
     assert {"variable": "host_tuning_swappiness", "value": 1, "policy_key": "memory.max_swappiness",
             "policy_value": 5} in res["overrides"]
     assert res["rules"]["HOST-MEM-002"] == ["swappiness"]
+
+
+def test_a_role_variable_the_target_cannot_use_is_named_not_a_traceback(tmp_path):
+    """A bad public role variable (a memlock limit with a unit systemd's LimitMEMLOCK would misread) fails the host
+    at the targets, before any role changes anything, naming the variable and what it takes."""
+    host = labkit.local_host(host_tuning_memlock="8M")
+    task = {
+        "name": "Targets",
+        "gpufleet.tuning.remediation_targets": {"roles": ["host_tuning"], "sample_seconds": 0},
+        "ignore_errors": True,
+    }
+    status, res = _run(tmp_path, {"h": host}, task)["h"]
+    assert status == "failed" and "role_vars: host_tuning_memlock" in res["msg"], res
+    assert "Traceback (most recent call last)" not in str(res)
