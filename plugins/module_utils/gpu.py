@@ -227,6 +227,8 @@ def read(module, fs, sample_seconds=nvml.SAMPLE_SECONDS, meanwhile=None):
         try:
             status, driver, gpus = _read_pynvml(module, fs, params["nvml_library"], sample_seconds, meanwhile=inside)
         except ImportError:
+            if outside:  # raised by the reads inside the sample window, not by importing pynvml
+                raise
             if backend == "pynvml":
                 module.fail_json(msg="backend=pynvml but pynvml cannot be imported on the target "
                                      "(install nvidia-ml-py, or use backend=auto for the nvidia-smi fallback)",
