@@ -15,7 +15,8 @@ module: audit_report
 short_description: Write the fleet report of a gpufleet audit on the controller
 version_added: "0.1.0"
 description:
-  - Collects every play host's registered M(gpufleet.tuning.audit) result and writes C(report.json),
+  - Collects every play host's registered M(gpufleet.tuning.audit) result (either shape of its C(result) option; a
+    compact one's C(audit_json) is decoded once, here) and writes C(report.json),
     C(report.html), C(junit.xml) and C(gpufleet.prom) to C(out_dir/<timestamp>/), pointing C(out_dir/latest) at it.
   - Runs on the controller (use C(run_once) and C(delegate_to=localhost)); unreachable and failed hosts are
     reported as such.
