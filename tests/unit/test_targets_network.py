@@ -88,6 +88,10 @@ def test_buffer_role_variables_take_the_policys_place():
     ]
     row = _role(facts, policy, {"network_tuning_buffer_factor": 5})["overrides"][0]
     assert (row["policy_key"], row["policy_value"]) == ("network.buffer_factor", 4.0)
+    assert network.target_tcp_buffers(facts, policy, {"buffer_factor": "2"})["buffer_bytes"] == 75000000  # templated
+    for key, bad in (("buffer_factor", "x"), ("buffer_cap", {}), ("buffer_bytes", -1)):
+        with pytest.raises(ValueError, match=f"network_tuning_{key}: expected a number of 0 or more, got"):
+            network.target_tcp_buffers(facts, policy, {key: bad})
 
 
 # --- NET-TCP-002..004 ---------------------------------------------------------------------------------------------

@@ -390,6 +390,19 @@ def buffer_need(links_, factor, cap):
     return min(_bdp_bytes(biggest, factor), cap), biggest
 
 
+def _given_number(given, key, kind, default):
+    """``given[key]`` (network_tuning_<key>) as ``kind``, else ``default``; ValueError naming the variable."""
+    if key not in given:
+        return default
+    try:
+        value = kind(given[key])
+    except (TypeError, ValueError):
+        value = None
+    if value is None or value < 0:
+        raise ValueError("network_tuning_%s: expected a number of 0 or more, got %r" % (key, given[key]))
+    return value
+
+
 def target_tcp_buffers(facts, pol, given):
     """NET-TCP-001's fix: ``buffer_bytes``, the maximum network_tuning writes into tcp_rmem, tcp_wmem, rmem_max and
     wmem_max (0: no link with a bandwidth, nothing to size), and ``sized``, the links it is sized from.
@@ -403,9 +416,9 @@ def target_tcp_buffers(facts, pol, given):
     network_tuning_buffer_bytes (given as ``buffer_bytes``) is set as given, even without links."""
     links_ = sized_links(facts)
     if "buffer_bytes" in given:
-        return {"buffer_bytes": int(given["buffer_bytes"]), "sized": links_}
-    factor = float(given.get("buffer_factor", pol["network"]["buffer_factor"]))
-    cap = int(given.get("buffer_cap", pol["network"]["max_buffer_bytes"]))
+        return {"buffer_bytes": _given_number(given, "buffer_bytes", int, None), "sized": links_}
+    factor = _given_number(given, "buffer_factor", float, pol["network"]["buffer_factor"])
+    cap = _given_number(given, "buffer_cap", int, pol["network"]["max_buffer_bytes"])
     need = buffer_need(links_, factor, cap)[0]
     return {"buffer_bytes": max(need, KERNEL_TCP_RMEM_MAX) if need else 0, "sized": links_}
 
