@@ -88,7 +88,11 @@ roles:
     - Per role, its targets by key (the keys each role's tasks read; C(docs/architecture.md) lists them).
   returned: always
   type: dict
-  sample: {"host_tuning": {"swappiness": 10}}
+  sample:
+    nvidia_driver: {"driver_branch": 550}
+    host_tuning: {"swappiness": 10, "thp_defrag": "madvise", "memlock": "unlimited", "governor": "performance"}
+    network_tuning: {"buffer_bytes": 90000000, "congestion_control": "bbr", "mtu": {"ens1": 9000}}
+    gpu_runtime: {"persistence_mode": true, "power_limit": "100%", "power_limit_at_least": true, "ecc_mode": true}
 rules:
   description: Per fixable rule, the target keys its C(target) function set.
   returned: always

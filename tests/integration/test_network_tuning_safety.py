@@ -23,11 +23,8 @@ EXAMPLE = REPO / "inventories" / "example" / "group_vars"
 HOST_KEYS = ("tcp_rmem", "tcp_wmem", "tcp_congestion_control", "tcp_mtu_probing", "tcp_slow_start_after_idle")
 
 AUDIT = """
-- name: Audit with the same policy layers
+- name: Audit with the same policy layers (its action plugin hands them over)
   gpufleet.tuning.audit:
-    policy: >-
-      {{ [gpufleet_policy | default({}), gpufleet_policy_group | default({}), gpufleet_policy_host | default({}),
-          gpufleet_policy_overrides | default({})] | gpufleet.tuning.effective_policy }}
     gather: [network]
   tags: [always]
 """

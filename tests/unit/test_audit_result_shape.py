@@ -4,8 +4,8 @@ playbooks/audit.yml registers: ansible-core copies one string more cheaply than 
 a compact result once (``fleet.expand``) and must come out byte for byte as from the full one, in every format.
 
 Results here are made by the module's own shaping (``audit_core.module_result``) from the hosts of the recorded
-sample report; tests/integration/test_audit_shapes_through_ansible.py does the same with real audits of the demo fleet and the
-reference hosts through Ansible."""
+sample report; tests/integration/test_audit_shapes_through_ansible.py does the same with real audits of the demo
+fleet and the reference hosts through Ansible."""
 
 from __future__ import annotations
 

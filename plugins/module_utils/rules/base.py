@@ -16,7 +16,8 @@ STATUSES = ("pass", "fail", "warn", "skip", "error")
 class RoleVar:
     """A role's public variable that takes the place of what the policy asks for (the remediation report lists each
     one that is set). ``key``: the target key the value is given to (the rule's ``target`` reads it from ``given``);
-    ``policy_key``: the dotted policy key it replaces."""
+    ``policy_key``: the dotted policy key it replaces, or a function of the policy that names it (the power limit
+    replaces power.limit_w, power.limit_pct or power.min_power_limit_pct, whichever the policy uses)."""
 
     def __init__(self, variable, key, policy_key):
         self.variable = variable
