@@ -11,19 +11,9 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import vali
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import network
 from rule_cases import evaluate, nics, tcp
 from rule_facts import healthy
+from test_network_tuning_inputs import POLICY
 
-SG = {
-    "site": "sg",
-    "sites": {
-        "sg": {
-            "links": {
-                "fra": {"rtt_ms": 160, "bandwidth_gbps": 1, "prefixes": ["198.51.100.0/24", "2001:db8:100::/48"]},
-                "hk": {"rtt_ms": 30, "bandwidth_gbps": 10, "prefixes": ["203.0.113.0/24"]},
-                "iad": {"rtt_ms": 220, "bandwidth_gbps": 1},
-            }
-        }
-    },
-}
+SG = POLICY  # the same three links of site sg as the role-input tests
 
 
 def _facts(policy, nic_list=None, **tcp_values):
