@@ -138,7 +138,7 @@ def restore_route(module, entry):
     ip_bin = module.get_bin_path("ip", required=True)
     prefix = entry["prefix"]
     family = "-6" if entry["family"] == "inet6" else "-4"
-    shown, why = routes.show_exact(programs.runner(module), prefix, ip_bin)
+    shown, why = routes.show_exact(programs.runner(module), prefix, ip_bin, locks=True)
     if shown is None:
         module.fail_json(msg="restoring route %s: cannot read it: %s" % (prefix, why))
     current = shown[0] if shown else None

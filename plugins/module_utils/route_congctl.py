@@ -110,7 +110,7 @@ class RouteCongctl:
 
     def _plan_route(self, net):
         prefix = str(net)
-        exact, err = routes.show_exact(self.run, prefix, self.ip_bin)
+        exact, err = routes.show_exact(self.run, prefix, self.ip_bin, locks=True)
         if exact is None:
             self.module.fail_json(msg="prefixes: cannot read the route to %s: %s" % (prefix, err))
         if exact:

@@ -75,16 +75,70 @@ def route_congctl_of(route):
     return None
 
 
-# Route metrics (ip-route(8) "OPTIONS") that `ip -j route` prints as plain numbers and `ip route` takes back as
-# such; congestion control is passed on its own. Time metrics (rtt, rttvar, rto_min) are left out: ip prints them in
-# a unit it does not read back the same way.
-ROUTE_METRICS = ("mtu", "advmss", "window", "cwnd", "initcwnd", "initrwnd", "ssthresh", "reordering", "hoplimit")
+# Route metrics (ip-route(8) "OPTIONS") as `ip -j route` prints them (iproute2 ip/iproute.c print_rta_metrics), in
+# its order, and how `ip route` takes each back. Counts are plain numbers; rtt, rttvar and rto_min are printed in
+# JSON as whole milliseconds (rtt and rttvar already divided from the kernel's 1/8 and 1/4 ms units), and `ip route`
+# reads a bare number as the kernel's raw units, so they go back with "ms" (ip-route(8): "rtt TIME").
+# Congestion control is passed on its own (congctl). quickack and fastopen_no_cookie take no lock.
+COUNT_METRICS = ("mtu", "window", "ssthresh", "cwnd", "advmss", "reordering", "hoplimit", "initcwnd", "initrwnd")
+TIME_METRICS = ("rtt", "rttvar", "rto_min")
+FLAG_METRICS = ("quickack", "fastopen_no_cookie")
+ROUTE_METRICS = COUNT_METRICS + TIME_METRICS + FLAG_METRICS
+# The kernel locks rto_min whenever it is set (iproute2 sets the lock bit for it; `rto_min lock` is refused).
+_NO_LOCK = ("rto_min",) + FLAG_METRICS
+# `ip route show` (text) prints "NAME lock VALUE" for a locked metric; JSON has no lock flag at all
+# (print_rta_metrics prints "lock" only outside the JSON context). congctl is "congestion" in JSON.
+_TEXT_METRIC = dict((name, name) for name in ROUTE_METRICS)
+_TEXT_METRIC["congctl"] = "congestion"
+
+
+def parse_metric_locks(text):
+    """`ip route show` text -> one sorted list of locked metric names (JSON spelling) per route, in ip's order.
+    A route is a line that does not start with white space (a multipath route's nexthops continue it)."""
+    out = []
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        if line[:1].isspace():
+            continue
+        words = line.split()
+        out.append(
+            sorted(
+                set(_TEXT_METRIC[w] for w, nxt in zip(words, words[1:] + [""]) if w in _TEXT_METRIC and nxt == "lock")
+            )
+        )
+    return out
+
+
+def _metric_value(name, value):
+    if name in TIME_METRICS:
+        return "%dms" % value
+    return str(value)
+
+
+def route_metrics_argv(route):
+    """The ``ip route`` arguments for the metrics of a route as `ip -j route` shows it, with the lock flags
+    show_exact(locks=True) added under "locks": ``mtu lock 1400 rtt 30ms features ecn``."""
+    locks = set(route.get("locks") or [])
+    argv = []
+    for item in route.get("metrics") or []:
+        if not isinstance(item, dict):
+            continue
+        for name in ROUTE_METRICS:
+            value = item.get(name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                lock = ["lock"] if name in locks and name not in _NO_LOCK else []
+                argv += [name] + lock + [_metric_value(name, value)]
+        if "ecn" in item:
+            argv += ["features", "ecn"]
+    return argv
 
 
 def route_argv(verb, prefix, route, congestion_control=None, metrics=True):
     """`ip route VERB PREFIX ...` arguments for a route as `ip -j route` shows it: gateway, device, protocol, scope,
-    metric, source and (with ``metrics``) its numeric metrics, then ``congctl`` when given. One builder for
-    route_congctl (replace, keeping the route's path) and rollback (replace as it was, or del what a run created)."""
+    metric, source and (with ``metrics``) its metrics with their lock flags, then ``congctl`` when given (locked
+    when the route's was). One builder for route_congctl (replace, keeping the route's path) and rollback (replace
+    as it was, or del what a run created)."""
     argv = ["route", verb, prefix]
     if route.get("gateway"):
         argv += ["via", route["gateway"]]
@@ -99,13 +153,10 @@ def route_argv(verb, prefix, route, congestion_control=None, metrics=True):
     if route.get("prefsrc"):
         argv += ["src", route["prefsrc"]]
     if metrics:
-        for item in route.get("metrics") or []:
-            if isinstance(item, dict):
-                for name in ROUTE_METRICS:
-                    if isinstance(item.get(name), int) and not isinstance(item.get(name), bool):
-                        argv += [name, str(item[name])]
+        argv += route_metrics_argv(route)
     if congestion_control:
-        argv += ["congctl", congestion_control]
+        lock = ["lock"] if metrics and "congestion" in (route.get("locks") or []) else []
+        argv += ["congctl"] + lock + [congestion_control]
     return argv
 
 
@@ -133,10 +184,20 @@ def ip_json(run, argv, ip="ip"):
     return shown, None
 
 
-def show_exact(run, prefix, ip="ip"):
+def show_exact(run, prefix, ip="ip", locks=False):
     """The main table's own routes to ``prefix`` (``ip -j route show exact PREFIX``): (routes, None) or
-    (None, why), as ip_json. An empty list: no route of its own (its connections follow a wider route)."""
-    return ip_json(run, [ip_family(prefix), "route", "show", "exact", prefix], ip)
+    (None, why), as ip_json. An empty list: no route of its own (its connections follow a wider route).
+
+    With ``locks``, each route also gets "locks": its locked metrics, read from the text ``ip route show exact``
+    (JSON does not print them); when that cannot be read route by route, the routes come back without "locks"."""
+    argv = [ip_family(prefix), "route", "show", "exact", prefix]
+    shown, why = ip_json(run, argv, ip)
+    if shown and locks:
+        rc, out, _err = run([ip] + argv)
+        per_route = parse_metric_locks(out) if rc == 0 else []
+        if len(per_route) == len(shown):
+            shown = [dict(route, locks=locked) for route, locked in zip(shown, per_route)]
+    return shown, why
 
 
 def read_route_congctl(run, prefixes):

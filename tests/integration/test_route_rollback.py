@@ -101,3 +101,36 @@ def test_rollback_restores_routes_unit_and_link(tmp_path, netns, own_route):  # 
     assert again["changed"] is False and again["restored"] == [], again
     assert routes(netns) == before
     assert rollback(host, check=True)["changed"] is False
+
+
+def test_replace_and_rollback_keep_locked_and_time_metrics(tmp_path, netns):  # noqa: F811 (fixture)
+    """A route with `mtu lock 1400 rtt 30ms`: route_congctl's replace keeps both (the lock too, which `ip -j`
+    does not print: compared on the text output as well), and rollback puts the route back exactly as it was.
+    Before issue 28's fix the replace dropped the lock and rtt (only plain-number metrics were replayed)."""
+    labkit.ns_exec(
+        netns, "ip", "route", "add", PREFIX, "via", "10.9.0.1", "dev", "mg0", "proto", "static",
+        "mtu", "lock", "1400", "rtt", "30ms",
+    )  # fmt: skip
+    host = Host(
+        tmp_path,
+        netns,
+        {
+            "gpufleet_policy": POLICY,
+            "gpufleet_become": False,
+            "gpufleet_rollback_dir": str(tmp_path / "rollback"),
+            "gpufleet_lock_path": str(tmp_path / "run/remediation.lock"),
+        },
+    )
+    play, inventory = labkit.write_play(tmp_path, PLAY), labkit.write_inventory(tmp_path, {"ns": host.vars})
+    before = routes(netns)
+    text_before = labkit.ns_exec(netns, "ip", "route", "show", "exact", PREFIX)
+    assert "mtu lock 1400" in text_before and "rtt 30ms" in text_before, text_before
+    res = run_playbook(str(play), str(inventory))
+    assert res.hosts["ns"].status == "ok", res.hosts["ns"].message
+    text_tuned = labkit.ns_exec(netns, "ip", "route", "show", "exact", PREFIX)
+    assert "mtu lock 1400" in text_tuned and "rtt 30ms" in text_tuned and "congctl bbr" in text_tuned, text_tuned
+
+    done = rollback(host)
+    assert done["changed"] is True and f"route {PREFIX}" in done["restored"], done
+    assert routes(netns) == before
+    assert labkit.ns_exec(netns, "ip", "route", "show", "exact", PREFIX) == text_before
