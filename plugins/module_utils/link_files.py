@@ -422,6 +422,7 @@ def link_file_plan(module, fs, name, current, settable, run, ethtool_bin):
 
 
 def remove_legacy(path):
-    """Remove our own .link file of older releases (60-gpufleet-<name>.link: MACAddress= on the current MAC, which
-    bond members share, plus Name=). Removing a file is atomic; the content is recorded for rollback first."""
+    """Remove our own file of older releases: 60-gpufleet-<name>.link (MACAddress= on the current MAC, which bond
+    members share, plus Name=) or 60-gpufleet-<name>.rules (KERNEL==, which a renamed NIC never matches). Removing
+    a file is atomic; the content is recorded for rollback first."""
     os.unlink(path)

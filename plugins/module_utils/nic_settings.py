@@ -140,17 +140,49 @@ def _plan_counts(section, keys, wanted, current, name, flag, before, after, step
         steps.append((section, [flag, name] + args, "ethtool"))
 
 
+# The udev rule sorts after 80-net-setup-link.rules, the rule that renames NICs (NAME="$env{ID_NET_NAME}" from the
+# .link files' NamePolicy=), so that it can match the name the NIC ends up with. KERNEL== compares the kernel's name
+# (eth0), never the name a NIC is renamed to (ens1f0). udev(7), NAME: "Match the name of a network interface. It can
+# be used once the NAME key has been set in one of the preceding rules." A NIC no rule renamed has no NAME yet
+# (NAME=="", the test 80-net-setup-link.rules itself uses) and keeps its kernel name, so KERNEL== covers it.
+# (The permanent MAC is no choice here: sysfs has no attribute for it, only ethtool -P reads it.)
+UDEV_PREFIX = "90-gpufleet-"
+# Rules of older releases (KERNEL== only, before the renaming rule): removed when the new one is written.
+LEGACY_UDEV_PREFIX = "60-gpufleet-"
+
+
+def udev_rule_name(name):
+    return "%s%s.rules" % (UDEV_PREFIX, name)
+
+
 def udev_rule(name, after, ethtool, ip):
-    """A udev rule that replays the settings when the interface appears (hosts without systemd-udevd .link)."""
+    """A udev rule that replays the settings when the interface appears (hosts without systemd-udevd .link),
+    matched on the name the NIC has after renaming (see UDEV_PREFIX)."""
     runs = []
     if "mtu" in after:
         runs.append('ATTR{mtu}="%d"' % after["mtu"])
     for _field, argv, tool in plan_all_steps(name, after):
         runs.append('RUN+="%s %s"' % (ethtool if tool == "ethtool" else ip, " ".join(argv)))
-    head = 'ACTION=="add", SUBSYSTEM=="net", KERNEL=="%s"' % name
-    return "# Managed by gpufleet (gpufleet.tuning.nic_settings)\n%s\n" % (
-        "\n".join("%s, %s" % (head, r) for r in runs)
-    )
+    go, end = "gpufleet_%s" % name, "gpufleet_%s_end" % name
+    lines = [
+        link_files.MANAGED_HEADER,
+        "# After 80-net-setup-link.rules: NAME== is the name the NIC was renamed to (udev(7)); a NIC nobody",
+        "# renamed keeps its kernel name (NAME is still empty).",
+        'ACTION!="add", GOTO="%s"' % end,
+        'SUBSYSTEM!="net", GOTO="%s"' % end,
+        'NAME=="%s", GOTO="%s"' % (name, go),
+        'NAME=="", KERNEL=="%s", GOTO="%s"' % (name, go),
+        'GOTO="%s"' % end,
+        'LABEL="%s"' % go,
+    ]
+    return "\n".join(lines + runs + ['LABEL="%s"' % end]) + "\n"
+
+
+def udev_legacy_path(fs, udev_dir, name):
+    """Our rule of older releases for ``name`` (LEGACY_UDEV_PREFIX), or None when there is none of ours."""
+    path = os.path.join(udev_dir, "%s%s.rules" % (LEGACY_UDEV_PREFIX, name))
+    old = fs.read(path)
+    return path if old is not None and old.startswith(link_files.MANAGED_HEADER) else None
 
 
 def plan_all_steps(name, after):
@@ -264,8 +296,9 @@ def persist_plan(module, fs, name, current, settable, run, ethtool_bin, ip_bin):
         plan.update(extra)
         plan["remove"] = legacy
     elif method == "udev":
-        path = os.path.join(p["udev_dir"], "60-gpufleet-%s.rules" % name)
+        path = os.path.join(p["udev_dir"], udev_rule_name(name))
         text = udev_rule(name, settable, ethtool_bin or "/usr/sbin/ethtool", ip_bin or "/usr/sbin/ip")
+        plan["remove"] = udev_legacy_path(fs, p["udev_dir"], name)
     else:
         path, text = None, None
         warnings.append(

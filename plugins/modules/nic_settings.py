@@ -41,6 +41,9 @@ description:
     or cloud-init wrote, and before C(99-default.link). An earlier file that matches the same NIC makes ours a
     no-op at boot; the module warns and returns it as RV(link_shadowed_by). Our own file of older releases,
     C(60-gpufleet-<name>.link) (matched on the current MAC and set C(Name=)), is removed.
+  - B(udev rule.) C(90-gpufleet-<name>.rules) sorts after C(80-net-setup-link.rules), which renames NICs, and
+    matches C(NAME==) (the name the NIC was given, udev(7)), or C(KERNEL==) when nothing renamed it. Our rule of
+    older releases, C(60-gpufleet-<name>.rules) (C(KERNEL==) only: a renamed NIC never matched), is removed.
 author:
   - gpufleet contributors (@gpufleet)
 options:

@@ -138,7 +138,7 @@ def test_only_the_named_data_nic_changes(tmp_path, netns):
     assert sorted(host.invocations) == ["gv0"]
     assert host.invocations["gv0"]["allow_uplink"] is True  # named: the operator's consent, should it be an uplink
     assert host.invocations["gv0"]["rings"] is None  # NET-RING-001 is opt-in
-    assert sorted(p.name for p in (tmp_path / "udev").iterdir()) == ["60-gpufleet-gv0.rules"]
+    assert sorted(p.name for p in (tmp_path / "udev").iterdir()) == ["90-gpufleet-gv0.rules"]
     assert host.status("NET-MTU-001") == "pass" and host.status("NET-OFFL-001") == "pass"
     assert host.run().changed == []
 

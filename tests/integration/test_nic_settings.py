@@ -93,11 +93,35 @@ def test_veth_in_namespace(tmp_path, netns):
     assert "generic-receive-offload: on" in _ns(ns, "ethtool", "-k", "gv0")
     assert "rings" in res["unsupported"]  # veth has no ring parameters
     assert res["commands"][0].endswith("link set dev gv0 mtu 9000")
-    rule = (tmp_path / "out/udev/60-gpufleet-gv0.rules").read_text()
-    assert 'KERNEL=="gv0", ATTR{mtu}="9000"' in rule and "-K gv0" in rule
+    rule = (tmp_path / "out/udev/90-gpufleet-gv0.rules").read_text()
+    assert 'NAME=="gv0", GOTO="gpufleet_gv0"' in rule and 'ATTR{mtu}="9000"' in rule and "-K gv0" in rule
 
     second = _run(tmp_path, wrapper, WANT)
     assert second.results[TASK]["changed"] is False and second.results[TASK]["commands"] == []
+
+
+def test_udev_rule_of_older_releases_is_replaced_not_doubled(tmp_path, netns):
+    """Our 60-gpufleet-gv0.rules of older releases (KERNEL==, before 80-net-setup-link.rules, so a renamed NIC never
+    matched) gives way to 90-gpufleet-gv0.rules: removed with a diff, check mode predicts it, so an upgraded host
+    never has two rules for one NIC. A file of that name that is not ours is left alone."""
+    _ns_name, wrapper = netns
+    legacy = tmp_path / "out/udev/60-gpufleet-gv0.rules"
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text(
+        '# Managed by gpufleet (gpufleet.tuning.nic_settings)\nACTION=="add", SUBSYSTEM=="net", KERNEL=="gv0", '
+        'ATTR{mtu}="4000"\n'
+    )
+    check = _run(tmp_path, wrapper, {"mtu": 4000}, check=True)
+    assert check.status == "ok" and check.results[TASK]["persisted"]["removed"] == [str(legacy)]
+    assert legacy.exists() and not (tmp_path / "out/udev/90-gpufleet-gv0.rules").exists()
+    res = _run(tmp_path, wrapper, {"mtu": 4000})
+    out = res.results[TASK]
+    assert res.status == "ok" and out["changed"] is True, res.message
+    assert out["persisted"]["removed"] == [str(legacy)] and not legacy.exists()
+    assert sorted(p.name for p in legacy.parent.iterdir()) == ["90-gpufleet-gv0.rules"]
+    assert any(d.get("after_header") == f"{legacy} (removed)" for d in out["diff"] if isinstance(d, dict))
+    again = _run(tmp_path, wrapper, {"mtu": 4000})
+    assert again.results[TASK]["changed"] is False
 
 
 def test_link_file_never_names_the_nic(tmp_path, netns):
