@@ -43,7 +43,7 @@ description:
     C(60-gpufleet-<name>.link) (matched on the current MAC and set C(Name=)), is removed.
   - B(udev rule.) C(90-gpufleet-<name>.rules) sorts after C(80-net-setup-link.rules), which renames NICs, and
     matches C(NAME==) (the name the NIC was given, udev(7)), or C(KERNEL==) when nothing renamed it. Our rule of
-    older releases, C(60-gpufleet-<name>.rules) (C(KERNEL==) only: a renamed NIC never matched), is removed.
+    older releases, C(60-gpufleet-<name>.rules) (C(KERNEL==) only, which a renamed NIC never matched), is removed.
 author:
   - gpufleet contributors (@gpufleet)
 options:
