@@ -41,6 +41,8 @@ TASKS = """
     strict: "{{ s.strict | default(false) }}"
     allow_uplink: "{{ s.allow_uplink | default(omit) }}"
     ethtool_path: "{{ s.ethtool_path | default(omit) }}"
+    rollback_run_id: "{{ s.rollback_run_id | default(omit) }}"
+    rollback_dir: "{{ s.rollback_dir | default(omit) }}"
   environment: "{{ s.environment | default({}) }}"
   check_mode: "{{ check | default(false) }}"
   diff: true
@@ -122,6 +124,35 @@ def test_udev_rule_of_older_releases_is_replaced_not_doubled(tmp_path, netns):
     assert any(d.get("after_header") == f"{legacy} (removed)" for d in out["diff"] if isinstance(d, dict))
     again = _run(tmp_path, wrapper, {"mtu": 4000})
     assert again.results[TASK]["changed"] is False
+
+
+def test_rollback_of_the_udev_upgrade_brings_back_the_old_rule_alone(tmp_path, netns):
+    """Rollback after the upgrade: the old 60-gpufleet-gv0.rules comes back and our 90- rule goes (not two rules)."""
+    _ns_name, wrapper = netns
+    legacy = tmp_path / "out/udev/60-gpufleet-gv0.rules"
+    legacy.parent.mkdir(parents=True)
+    old = (
+        "# Managed by gpufleet (gpufleet.tuning.nic_settings)\n"
+        'ACTION=="add", SUBSYSTEM=="net", KERNEL=="gv0", RUN+="/bin/true"\n'
+    )
+    legacy.write_text(old)
+    rb = {"rollback_run_id": "r1", "rollback_dir": str(tmp_path / "rb")}
+    res = _run(tmp_path, wrapper, {"mtu": 4000, **rb})
+    assert res.status == "ok" and not legacy.exists(), res.message
+    assert (tmp_path / "out/udev/90-gpufleet-gv0.rules").exists()
+    play = labkit.play(
+        "rollback",
+        tasks=[
+            {"name": "Roll back", "gpufleet.tuning.rollback": {"run_id": "r1", "rollback_dir": str(tmp_path / "rb")}}
+        ],
+    )
+    host = labkit.local_host(wrapper)
+    back = run_playbook(
+        str(labkit.write_play(tmp_path, play)), str(labkit.write_inventory(tmp_path, {"ns": host}))
+    ).hosts["ns"]
+    assert back.status == "ok", back.message
+    assert sorted(p.name for p in legacy.parent.iterdir()) == ["60-gpufleet-gv0.rules"]
+    assert legacy.read_text() == old
 
 
 def test_link_file_never_names_the_nic(tmp_path, netns):
