@@ -23,7 +23,8 @@ EXAMPLE = REPO / "inventories" / "example" / "group_vars"
 HOST_KEYS = ("tcp_rmem", "tcp_wmem", "tcp_congestion_control", "tcp_mtu_probing", "tcp_slow_start_after_idle")
 
 AUDIT = """
-- name: Audit with the same policy layers (its action plugin hands them over)
+# The audit's action plugin hands the module the same policy layers the roles' targets read.
+- name: Audit with the same policy layers
   gpufleet.tuning.audit:
     gather: [network]
   tags: [always]
