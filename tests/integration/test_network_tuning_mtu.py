@@ -26,7 +26,7 @@ def test_declared_network_mtu_is_set_exactly_even_lower(tmp_path, netns):  # noq
     assert nic(netns, "gv0")["mtu"] == 1460 and nic(netns, "mg0")["mtu"] == 1500
     assert host.invocations["gv0"]["mtu"] == 1460
     assert host.status("NET-MTU-001") == "pass"
-    assert 'ATTR{mtu}="1460"' in (tmp_path / "udev/60-gpufleet-gv0.rules").read_text()
+    assert 'ATTR{mtu}="1460"' in (tmp_path / "udev/90-gpufleet-gv0.rules").read_text()
     overrides = host.res.results["Tell which role variables take the policy's place"]["ansible_facts"]
     assert overrides["network_tuning_policy_overrides"] == []
     assert host.run().changed == []

@@ -73,7 +73,7 @@ def test_network_tuning_in_namespace(tmp_path, netns):
     assert rmem == ["4096", "131072", "90000000"]  # 4 x 180 ms x 1 Gbit/s
     sysctl_result = res.results["Long-haul TCP settings (NET-TCP-001, NET-TCP-002, NET-TCP-003, NET-TCP-004)"]
     assert "must be set on the host" in sysctl_result["not_settable"]["net.core.rmem_max"]
-    assert 'ATTR{mtu}="9000"' in (tmp_path / "udev/60-gpufleet-gv0.rules").read_text()
+    assert 'ATTR{mtu}="9000"' in (tmp_path / "udev/90-gpufleet-gv0.rules").read_text()
     assert res.results["Tell which role variables take the policy's place"]["ansible_facts"] == {
         "network_tuning_policy_overrides": []
     }

@@ -170,13 +170,13 @@ def test_tags_select_one_nic_field(tmp_path, netns):
     args = host.invocations["gv0"]
     assert args["mtu"] == 9000 and args["rings"] is None
     assert "generic-receive-offload" not in (args["offloads"] or {})
-    rule = (tmp_path / "udev/60-gpufleet-gv0.rules").read_text()
+    rule = (tmp_path / "udev/90-gpufleet-gv0.rules").read_text()
     assert 'ATTR{mtu}="9000"' in rule and " gro " not in rule
 
     host.run(tags="NET-OFFL-001")
     assert nic(netns, "gv0") == {"mtu": 9000, "gro": "on"}
     assert host.invocations["gv0"]["rings"] is None
-    assert " gro on" in (tmp_path / "udev/60-gpufleet-gv0.rules").read_text()
+    assert " gro on" in (tmp_path / "udev/90-gpufleet-gv0.rules").read_text()
     assert host.run().changed == []
 
 
