@@ -1,8 +1,8 @@
 """Check mode is a promise: compare what the check step said it would change with what converge changed.
 
 Reads the JSON lines molecule/callback_plugins/gpufleet_lab_changes.py writes (one per changed result or loop item)
-and compares the first check-mode run of a playbook with its first real run: the same (host, task, item) keys and,
-for each, the same diff (headers left out: they name temporary files).
+and compares the last check-mode run of a playbook with the first real run after it: the same (host, task, item)
+keys and, for each, the same diff (headers left out: they name temporary files).
 """
 
 from __future__ import annotations
@@ -75,10 +75,13 @@ def changes(records: list[dict], ignore: frozenset[str] = frozenset()) -> dict[t
 
 
 def broken_promises(path: Path, playbook: str = "converge.yml", ignore: frozenset[str] = frozenset()) -> list[str]:
-    """Differences between the first check run and the first real run of `playbook` (empty: the promise held)."""
+    """Differences between the last check run of `playbook` and the first real run after it (empty: the promise
+    held). The last check run, not the first: an earlier sequence interrupted before molecule pruned its ephemeral
+    directory leaves its own (possibly partial) runs at the top of the log."""
     all_runs = [r for r in runs(path) if r[0] == playbook]
-    check = next((recs for _pb, chk, recs in all_runs if chk), None)
-    real = next((recs for _pb, chk, recs in all_runs if not chk), None)
+    last = max((i for i, (_pb, chk, _recs) in enumerate(all_runs) if chk), default=None)
+    check = None if last is None else all_runs[last][2]
+    real = None if last is None else next((recs for _pb, chk, recs in all_runs[last + 1 :] if not chk), None)
     if check is None or real is None:
         return [f"{path}: no check run and real run of {playbook} logged (is the callback enabled?)"]
     predicted, done = changes(check, ignore), changes(real, ignore)
