@@ -53,16 +53,11 @@ def rollback(host: Host, check: bool = False) -> dict:
     return res.hosts["ns"].results["Restore the values recorded before the run"]
 
 
-@pytest.mark.parametrize("own_route", [True, False], ids=["existing-route", "created-from-default"])
-def test_rollback_restores_routes_unit_and_link(tmp_path, netns, own_route):  # noqa: F811 (fixture)
-    if own_route:
-        # A route of its own with attributes a replace must keep and a rollback must bring back.
-        labkit.ns_exec(
-            netns, "ip", "route", "add", PREFIX, "via", "10.9.0.1", "dev", "mg0", "proto", "static", "mtu", "1400"
-        )
+def _lab_host(tmp_path, ns):
+    """The namespace's host (rollback records and lock under tmp_path), the play and its inventory."""
     host = Host(
         tmp_path,
-        netns,
+        ns,
         {
             "gpufleet_policy": POLICY,
             "gpufleet_become": False,
@@ -70,7 +65,17 @@ def test_rollback_restores_routes_unit_and_link(tmp_path, netns, own_route):  # 
             "gpufleet_lock_path": str(tmp_path / "run/remediation.lock"),
         },
     )
-    play, inventory = labkit.write_play(tmp_path, PLAY), labkit.write_inventory(tmp_path, {"ns": host.vars})
+    return host, labkit.write_play(tmp_path, PLAY), labkit.write_inventory(tmp_path, {"ns": host.vars})
+
+
+@pytest.mark.parametrize("own_route", [True, False], ids=["existing-route", "created-from-default"])
+def test_rollback_restores_routes_unit_and_link(tmp_path, netns, own_route):  # noqa: F811 (fixture)
+    if own_route:
+        # A route of its own with attributes a replace must keep and a rollback must bring back.
+        labkit.ns_exec(
+            netns, "ip", "route", "add", PREFIX, "via", "10.9.0.1", "dev", "mg0", "proto", "static", "mtu", "1400"
+        )
+    host, play, inventory = _lab_host(tmp_path, netns)
     before = routes(netns)
     res = run_playbook(str(play), str(inventory))
     assert res.hosts["ns"].status == "ok", res.hosts["ns"].message
@@ -111,17 +116,7 @@ def test_replace_and_rollback_keep_locked_and_time_metrics(tmp_path, netns):  # 
         netns, "ip", "route", "add", PREFIX, "via", "10.9.0.1", "dev", "mg0", "proto", "static",
         "mtu", "lock", "1400", "rtt", "30ms",
     )  # fmt: skip
-    host = Host(
-        tmp_path,
-        netns,
-        {
-            "gpufleet_policy": POLICY,
-            "gpufleet_become": False,
-            "gpufleet_rollback_dir": str(tmp_path / "rollback"),
-            "gpufleet_lock_path": str(tmp_path / "run/remediation.lock"),
-        },
-    )
-    play, inventory = labkit.write_play(tmp_path, PLAY), labkit.write_inventory(tmp_path, {"ns": host.vars})
+    host, play, inventory = _lab_host(tmp_path, netns)
     before = routes(netns)
     text_before = labkit.ns_exec(netns, "ip", "route", "show", "exact", PREFIX)
     assert "mtu lock 1400" in text_before and "rtt 30ms" in text_before, text_before
