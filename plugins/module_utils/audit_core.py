@@ -18,7 +18,7 @@ import json
 import threading
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu, host, links, nic, programs, routes, rules
-from ansible_collections.gpufleet.tuning.plugins.module_utils import topology
+from ansible_collections.gpufleet.tuning.plugins.module_utils import gpudirect, topology
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 GATHER = ("gpu", "host", "network")
@@ -73,7 +73,7 @@ def run(module, policy, root="/", gather=GATHER, interfaces=None, sample_seconds
     """
     fs = HostFS(root)
     runner = programs.runner(module)
-    facts = {"gpu": None, "host": None, "network": None, "topology": None}
+    facts = {"gpu": None, "host": None, "network": None, "topology": None, "gpudirect": None}
     if interfaces is None:
         interfaces = policy["network"]["interfaces"]
     if "network" in gather and not ethtool:
@@ -126,6 +126,11 @@ def run(module, policy, root="/", gather=GATHER, interfaces=None, sample_seconds
             facts["topology"] = topology.collect(fs, facts["gpu"].get("gpus") or [])
         except Exception as exc:  # reported in the facts, as every reader reports what it could not read
             facts["topology"] = {"available": False, "error": "topology: %s: %s" % (type(exc).__name__, exc)}
+        # GPUDirect RDMA prerequisites (peer memory, ACS on the GPU-NIC bridges, IOMMU) where RDMA devices exist.
+        try:
+            facts["gpudirect"] = gpudirect.collect(fs, topo=facts["topology"])
+        except Exception as exc:  # as above: reported, not fatal
+            facts["gpudirect"] = {"applies": None, "reason": "gpudirect: %s: %s" % (type(exc).__name__, exc)}
 
     link_facts = links.resolve(policy, measure=lambda peers: links.measure_rtt(peers, timeout=peer_timeout))
     facts["links"] = link_facts
