@@ -18,7 +18,7 @@ import json
 import threading
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu, host, links, nic, programs, routes, rules
-from ansible_collections.gpufleet.tuning.plugins.module_utils import gpudirect, topology
+from ansible_collections.gpufleet.tuning.plugins.module_utils import gpudirect, rdma, topology
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 
 GATHER = ("gpu", "host", "network")
@@ -73,16 +73,18 @@ def run(module, policy, root="/", gather=GATHER, interfaces=None, sample_seconds
     """
     fs = HostFS(root)
     runner = programs.runner(module)
-    facts = {"gpu": None, "host": None, "network": None, "topology": None, "gpudirect": None}
+    facts = {"gpu": None, "host": None, "network": None, "topology": None, "gpudirect": None, "rdma": None}
     if interfaces is None:
         interfaces = policy["network"]["interfaces"]
     if "network" in gather and not ethtool:
         ethtool = module.get_bin_path("ethtool")
 
     def network():
+        first = rdma.start(fs)  # the RDMA port counters: first reading; the second when the window is over
         facts["network"] = nic.collect(fs, runner, interfaces=interfaces, ethtool=ethtool,
                                        ethtool_missing=None if ethtool else "ethtool not found in PATH",
                                        stats_interval=sample_seconds)
+        facts["rdma"] = rdma.finish(fs, first, sample_seconds)
 
     def host_facts():
         facts["host"] = host.collect(fs, run=runner, sample_seconds=sample_seconds, kernel_log=kernel_log,
