@@ -15,7 +15,8 @@ Two subcommands, each building its own network namespaces (named gpufleet-wan-<t
   coexist          a tuned long-haul flow (BBR, 4 x BDP buffers: what network_tuning sets) sharing the bottleneck
                    with a stock cubic flow from a neighbour host and with the tuned host's own other traffic, BBR
                    set host-wide (the namespace's tcp_congestion_control) vs per route (`ip route ... congctl bbr`
-                   to the long-haul peer's prefix only); each flow's goodput, retransmits and link drops, the
+                   to the long-haul peer's prefix only) vs following the routing table (scope follow:
+                   plugins/module_utils/route_follow.py sync); each flow's goodput, retransmits and link drops, the
                    bottleneck's drops, ss's view of each connection's congestion control, load averages.
 
 Topology: every endpoint namespace has one veth to a router namespace, whose FORWARD chain hands each direction to
@@ -38,7 +39,7 @@ wan-coexist-<YYYY-MM-DD>.json.
     .venv/bin/python bench/wan.py --duration 30         # steady state
     .venv/bin/python bench/wan.py --path-mtu 9000       # jumbo frames along the path (the role sets MTU 9000)
     .venv/bin/python bench/wan.py ansible               # shipped ansible.cfg vs defaults, 3 runs each
-    .venv/bin/python bench/wan.py coexist               # 5 cases x 0 / 0.1 % loss x 3 runs of 15 s
+    .venv/bin/python bench/wan.py coexist               # 6 cases x 0 / 0.1 % loss x 3 runs of 15 s
 
 The code: bench/benchlib/ — lab.py (namespaces, veth, the emulator), goodput.py (iperf), ansible_link.py
 (ansible), coexist.py (coexist), iperf3.py (iperf3's JSON), tables.py (the one table printer), base.py (paths,
@@ -121,6 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     c.add_argument(
         "--local-mbit", type=float, default=50.0, help="rate of the local flow (not over the link; default 50)"
+    )
+    c.add_argument(
+        "--cap-share",
+        type=float,
+        default=0.7,
+        help="case follow-capped: the tuned flow's pacing cap as a share of the bottleneck rate (default 0.7)",
     )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:

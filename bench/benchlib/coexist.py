@@ -1,18 +1,21 @@
 """`wan.py coexist`: what a tuned long-haul flow (BBR, 4 x BDP buffers: what network_tuning sets) does to the
 traffic that shares the emulated link's bottleneck, a stock cubic flow from a neighbour host and the tuned host's
-own other traffic, with BBR set host-wide or per route (`ip route ... congctl bbr` to the long-haul peer's prefix
-only); each flow's goodput, its share of the link's drops, ss's view of its congestion control; the bottleneck's
-drops; load averages."""
+own other traffic, with BBR set host-wide, per route (`ip route ... congctl bbr` to the long-haul peer's prefix
+only) or per destination following the routing table (network.congestion_control_scope: follow: route_follow.py's
+table of its own and policy rule); each flow's goodput, its share of the link's drops, ss's view of its congestion
+control; the bottleneck's drops; load averages."""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from . import iperf3
@@ -28,12 +31,15 @@ COEX_ENDS = {
     "hw": ("a", 1),  # the tuned host, BBR host-wide: net.ipv4.tcp_congestion_control=bbr (in its namespace only)
     "pr": ("a", 2),  # the tuned host, BBR per route: default cubic, the long-haul peer's prefix routed `congctl bbr`
     "cu": ("a", 3),  # the tuned host's buffers without BBR: cubic everywhere
+    # the tuned host, BBR following the routing table (scope follow): default cubic, route_follow.py sync - a rule to
+    # the peer's prefix into table 7250, which mirrors the main table's default route with congctl bbr
+    "fo": ("a", 6),
     "n": ("a", 4),  # a stock neighbour at the same site (cubic, stock buffers)
     "l": ("a", 5),  # a local peer at the same site: through the router, not through the emulated link
     "p": ("b", 1),  # the long-haul peer (the prefix the policy declares long-haul), tuned like the sender
     "q": ("b", 2),  # another destination behind the same bottleneck, stock; the policy does not list it
 }
-COEX_TUNED_HOSTS = {"host-wide": "hw", "per-route": "pr", "cubic": "cu"}
+COEX_TUNED_HOSTS = {"host-wide": "hw", "per-route": "pr", "cubic": "cu", "follow": "fo"}
 # flow -> (source: "host" = the case's tuned host, or a role; destination role; iperf3 port; what it is)
 COEX_FLOWS = {
     "A": ("host", "p", 5201, "the tuned long-haul flow: the tuned host to its long-haul peer"),
@@ -52,12 +58,18 @@ COEX_CASES = {
     "both-cubic": ("cubic", ("A", "B", "own", "local"), "the tuned host's buffers without BBR: every flow cubic"),
     "host-wide": ("host-wide", ("A", "B", "own", "local"), "BBR host-wide: A, own and local are BBR, B cubic"),
     "per-route": ("per-route", ("A", "B", "own", "local"), "BBR per route to the long-haul peer: only A is BBR"),
+    "follow": ("follow", ("A", "B", "own", "local"), "BBR following the routing table (scope follow): only A is BBR"),
+    # not a scope: what a pacing cap on the long-haul flow would do (SO_MAX_PACING_RATE, iperf3 --fq-rate, at
+    # --cap-share of the bottleneck), BBR per destination as in follow
+    "follow-capped": ("follow", ("A", "B", "own", "local"), "follow, the tuned flow paced at most at --cap-share"),
     # not in the default set: the two-flow view (the tuned flow and the neighbour only)
     "A+B": ("per-route", ("A", "B"), "the tuned long-haul flow and the stock neighbour only"),
     "A+own-host-wide": ("host-wide", ("A", "own"), "host-wide: the tuned flow and the host's own other flow"),
     "A+own-per-route": ("per-route", ("A", "own"), "per-route: the tuned flow and the host's own other flow"),
 }
-COEX_DEFAULT_CASES = "B-alone,A-alone,both-cubic,host-wide,per-route"
+COEX_DEFAULT_CASES = "B-alone,A-alone,both-cubic,host-wide,per-route,follow"
+COEX_CAPPED = ("follow-capped",)
+FOLLOW = Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "route_follow.py"
 
 
 def coex_buffer_bytes(rtt_ms: float, rate_mbit: float, factor: float = 4.0) -> int:
@@ -81,11 +93,11 @@ def coex_setup(lab: Lab, rtt_ms: float, rate_mbit: float) -> dict[str, Any]:
         "net.ipv4.tcp_mtu_probing": "1",
         "net.ipv4.tcp_slow_start_after_idle": "0",
     }
-    for role in ("hw", "pr", "cu", "p"):
+    for role in ("hw", "pr", "cu", "fo", "p"):
         for k, v in tuned.items():
             lab.sysctl(ns[role], k, v)
     # stock: what a new namespace copies from the host (tcp_rmem max 32 MiB, tcp_wmem max 4 MiB here), cubic
-    lab.set_congestion_control([ns[r] for r in ("pr", "cu", "n", "l", "q")], "cubic")
+    lab.set_congestion_control([ns[r] for r in ("pr", "cu", "fo", "n", "l", "q")], "cubic")
     for role in ("hw", "p"):
         lab.sysctl(ns[role], "net.ipv4.tcp_congestion_control", "bbr")
     # per route (ip-route(8) `congctl`, Linux 4.0, commit 81164413ad09): connections to the long-haul peer's prefix
@@ -94,11 +106,15 @@ def coex_setup(lab: Lab, rtt_ms: float, rate_mbit: float) -> dict[str, Any]:
     side, i = COEX_ENDS["pr"]
     prefix = coex_addr("p").rsplit(".", 1)[0] + ".0/24"
     run(["ip", "-n", ns["pr"], "route", "replace", prefix, "via", f"10.250.{i}.1", "dev", "wan0", "congctl", "bbr"])
+    # follow (network.congestion_control_scope: follow): the collection's own program, as its unit runs it
+    config = WORK / f"route-follow-{lab.token}.json"
+    config.write_text(json.dumps({"prefixes": [prefix], "congestion_control": "bbr"}))
+    run(["ip", "netns", "exec", ns["fo"], sys.executable, str(FOLLOW), "sync", str(config)])
     # local traffic does not cross the emulated link: the router forwards a -> a itself (before the NFQUEUE rules)
     lab.nsexec(lab.ns("r"), lab.ipt, "-I", "FORWARD", "1", "-i", "a+", "-o", "a+", "-j", "ACCEPT")
     # per-flow counters: packets a flow offered to the link (FORWARD, before NFQUEUE) and packets the link let
     # through (mangle POSTROUTING, after the emulator's accept verdict); the difference is what it dropped
-    for src in ("hw", "pr", "cu", "n"):
+    for src in ("hw", "pr", "cu", "fo", "n"):
         for dst in ("p", "q"):
             rule = ["-s", coex_addr(src), "-d", coex_addr(dst)]
             lab.nsexec(lab.ns("r"), lab.ipt, "-I", "FORWARD", "2", *rule)
@@ -108,10 +124,11 @@ def coex_setup(lab: Lab, rtt_ms: float, rate_mbit: float) -> dict[str, Any]:
         values = {k: " ".join(lab.sysctl(ns[role], k).split()) for k in NS_KEYS[:5]}
         values["routes"] = lab.nsexec(ns[role], "ip", "route", "show").stdout.strip().splitlines()
         settings[role] = values
-    settings["pr"]["route_get"] = {
-        dst: " ".join(lab.nsexec(ns["pr"], "ip", "route", "get", coex_addr(dst)).stdout.split())
-        for dst in ("p", "q", "l")
-    }
+    for role in ("pr", "fo"):
+        settings[role]["route_get"] = {
+            dst: " ".join(lab.nsexec(ns[role], "ip", "route", "get", coex_addr(dst)).stdout.split())
+            for dst in ("p", "q", "l")
+        }
     return settings
 
 
@@ -155,7 +172,14 @@ def coex_ss(lab: Lab, namespaces: list[str]) -> dict[str, list[str]]:
 
 
 def coex_run(
-    lab: Lab, case: str, loss: float, r: int, duration: int, local_mbit: float, mtu: int = 1500
+    lab: Lab,
+    case: str,
+    loss: float,
+    r: int,
+    duration: int,
+    local_mbit: float,
+    mtu: int = 1500,
+    cap_mbit: float | None = None,
 ) -> dict[str, Any]:
     """One run of a case: its flows started together, sampled with ss halfway, per-flow and emulator counters."""
     mode, flows, _ = COEX_CASES[case]
@@ -177,6 +201,8 @@ def coex_run(
         cmd = ["iperf3", "-c", coex_addr(dst), "-p", str(port), "-t", str(duration), "-J", "--connect-timeout", "5000"]
         if f == "local":
             cmd += ["-b", f"{local_mbit:g}M"]
+        if f == "A" and case in COEX_CAPPED and cap_mbit:
+            cmd += ["--fq-rate", f"{cap_mbit:g}M"]  # SO_MAX_PACING_RATE: TCP's own pacing honours it (no fq needed)
         procs[f] = (
             subprocess.Popen(
                 ["ip", "netns", "exec", lab.ns(f"{side}{i}"), *cmd],
@@ -285,13 +311,14 @@ def measure(args: argparse.Namespace) -> int:
         lab.create()
         lab.start_emulator(loss=0.0)
         settings = coex_setup(lab, args.rtt_ms, args.rate_mbit)
-        for role in ("hw", "pr", "cu", "n"):
+        for role in ("hw", "pr", "cu", "fo", "n"):
             s = settings[role]
             log(
                 f"  {role:2s} cc {s['net.ipv4.tcp_congestion_control']}, wmem {s['net.ipv4.tcp_wmem']}, "
                 f"rmem {s['net.ipv4.tcp_rmem']}"
             )
-        log(f"  pr: ip route get {coex_addr('p')}: {settings['pr']['route_get']['p']}")
+        for role in ("pr", "fo"):
+            log(f"  {role}: ip route get {coex_addr('p')}: {settings[role]['route_get']['p']}")
         servers = {("p", 5201), ("q", 5201), ("q", 5202), ("l", 5201)}
         for role, port in sorted(servers):
             side, i = COEX_ENDS[role]
@@ -309,7 +336,9 @@ def measure(args: argparse.Namespace) -> int:
             lab.set_loss(loss)
             for r in range(1, args.runs + 1):
                 for case in cases:
-                    entry = coex_run(lab, case, loss, r, args.duration, args.local_mbit)
+                    entry = coex_run(
+                        lab, case, loss, r, args.duration, args.local_mbit, cap_mbit=args.cap_share * args.rate_mbit
+                    )
                     runs.append(entry)
                     log(coex_line(entry))
         result = summarise(args, cases, losses, runs)
@@ -383,6 +412,7 @@ def summarise(args, cases, losses, runs) -> dict[str, Any]:
             "duration_s": args.duration,
             "local_mbit": args.local_mbit,
             "tuned_buffer_bytes": coex_buffer_bytes(args.rtt_ms, args.rate_mbit),
+            "cap_mbit": args.cap_share * args.rate_mbit,
         },
         "medians": med,
         "b_keeps_vs_alone": keeps,

@@ -45,6 +45,9 @@ def _target(entry):
         # The main table's route to a prefix (route_congctl): 'route' as `ip -j route show exact` printed it, or
         # None when the run created it ('created': the route it was made from).
         return (kind, entry["family"], entry["prefix"])
+    if kind == "route_table":
+        # gpufleet's own routing table and its rules (route_follow, scope follow): emptied by rollback.
+        return (kind, str(entry["table"]))
     raise ValueError("unknown rollback entry kind %r" % kind)
 
 

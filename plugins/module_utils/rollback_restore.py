@@ -20,7 +20,7 @@ import time
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_settings as gs
 from ansible_collections.gpufleet.tuning.plugins.module_utils import nic, nic_settings, nvml, programs
-from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback, routes, sysctl
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback, route_follow, routes, sysctl
 from ansible_collections.gpufleet.tuning.plugins.module_utils.ethtool import Ethtool
 from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
@@ -84,6 +84,8 @@ def _restore_entry(module, e):
         return restore_value(module, e["path"], e["value"])
     if e["kind"] == "route":
         return restore_route(module, e)
+    if e["kind"] == "route_table":
+        return restore_route_table(module, e)
     return None
 
 
@@ -102,9 +104,8 @@ _C = {"LC_ALL": "C", "LANG": "C"}
 
 
 def _describe(entry):
-    keys = [
-        entry.get(k) for k in ("path", "key", "uuid", "setting", "name", "field", "prefix") if entry.get(k) is not None
-    ]
+    names = ("path", "key", "uuid", "setting", "name", "field", "prefix", "table")
+    keys = [entry.get(k) for k in names if entry.get(k) is not None]
     return "%s %s" % (entry["kind"], " ".join(str(k) for k in keys))
 
 
@@ -168,6 +169,30 @@ def restore_route(module, entry):
                 msg="restoring route %s: ip %s failed: %s" % (prefix, " ".join(argv), (err or out).strip())
             )
     return True
+
+
+def restore_route_table(module, entry):
+    """Stop route_follow's service (where systemd runs it: its ExecStopPost empties the table too), then remove the
+    rules into gpufleet's table and the routes in it. True when there was (would be) something to remove."""
+    ip_bin = module.get_bin_path("ip", required=True)
+    unit = entry.get("unit")
+    systemctl = module.get_bin_path("systemctl")
+    if unit and systemctl and os.path.isdir("/run/systemd/system"):
+        rc, _out, _err = module.run_command([systemctl, "is-active", "--quiet", unit])
+        if rc == 0 and not module.check_mode:
+            module.run_command([systemctl, "stop", unit])
+    follower = route_follow.Follower(programs.runner(module), [], "", entry["table"], ip=ip_bin)
+    try:
+        actions = follower.clear_plan()
+    except RuntimeError as exc:
+        module.fail_json(msg="restoring route table %s: cannot read it: %s" % (entry["table"], exc))
+    if not module.check_mode:
+        for argv in actions:
+            rc, out, err = module.run_command([ip_bin] + argv, environ_update=_C)
+            if rc != 0:
+                module.fail_json(msg="restoring route table %s: ip %s failed: %s"
+                                 % (entry["table"], " ".join(argv), (err or out).strip()))  # fmt: skip
+    return bool(actions)
 
 
 def _shown(text):

@@ -5,6 +5,9 @@
 them could be read), apply (outside check mode, each prior route recorded for rollback first) and diff.
 
 The kernel forgets routes at reboot: a systemd unit replays the ``ip route replace`` commands once the network is up.
+
+RouteFollow is the route_follow module's work (scope follow): gpufleet's own table and rules, kept in line with the
+main table by route_follow.py running as a service.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -12,10 +15,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ipaddress
+import json
 import os
 import re
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils import programs, rollback, routes
+from ansible_collections.gpufleet.tuning.plugins.module_utils import programs, rollback, route_follow, routes
 from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
 
 UNIT_NAME = "gpufleet-route-congctl.service"
@@ -191,4 +195,106 @@ class RouteCongctl:
             unit=self.unit,
             unrouted=self.unrouted,
             diff=self.diff(),
+        )
+
+
+def follow_unit_text(python, lib_dir, config_path):
+    prog = "%s %s" % (python, os.path.join(lib_dir, "route_follow.py"))
+    return (
+        "\n".join(
+            [
+                "# Managed by gpufleet (gpufleet.tuning.route_follow). Local changes will be overwritten.",
+                "# Congestion control to the long-haul peers that follows the routing table: a table of its own",
+                "# mirrors the main table's routes to the peers' prefixes with congctl, re-derived on each change.",
+                "[Unit]",
+                "Description=gpufleet: per-destination TCP congestion control following the routing table",
+                "After=network.target",
+                "",
+                "[Service]",
+                "Type=simple",
+                "ExecStart=%s watch %s" % (prog, config_path),
+                "ExecStopPost=%s clear %s" % (prog, config_path),
+                "Restart=always",
+                "RestartSec=5",
+                "",
+                "[Install]",
+                "WantedBy=multi-user.target",
+            ]
+        )
+        + "\n"
+    )
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except (IOError, OSError):
+        return None
+
+
+class RouteFollow:
+    """plan() reads the main table, gpufleet's table and rules; apply() brings them in line and writes the config
+    and the unit (never in check mode, prior state recorded for rollback first); result() reports."""
+
+    def __init__(self, module, networks, ip_bin):
+        p = module.params
+        self.module, self.ip_bin = module, ip_bin
+        self.follower = route_follow.Follower(
+            programs.runner(module), networks, p["congestion_control"], p["table"], p["priority"], ip_bin
+        )
+        config = {"prefixes": [str(n) for n in networks], "congestion_control": p["congestion_control"],
+                  "table": p["table"], "priority": p["priority"], "ip": ip_bin}  # fmt: skip
+        self.files = [
+            (p["config_path"], json.dumps(config, indent=2, sort_keys=True) + "\n"),
+            (os.path.join(p["unit_dir"], route_follow.UNIT_NAME),
+             follow_unit_text(p["python"], p["lib_dir"], p["config_path"])),
+        ]  # fmt: skip
+        self.old = [_read(path) for path, _text in self.files]
+        self.actions, self.unrouted = [], []
+
+    def plan(self):
+        try:
+            self.actions, self.unrouted = self.follower.plan()
+        except RuntimeError as exc:
+            self.module.fail_json(msg="prefixes: cannot read the routes: %s" % exc)
+        for prefix in self.unrouted:
+            self.module.warn("prefixes: %s has no route in the main table: its connections keep the default" % prefix)
+
+    def commands(self):
+        return [" ".join([self.ip_bin] + argv) for argv in self.actions]
+
+    def apply(self):
+        if self.module.check_mode:
+            return
+        if self.actions:
+            rollback.record_for(
+                self.module,
+                [{"kind": "route_table", "table": self.follower.table, "unit": route_follow.UNIT_NAME}],
+            )
+        changed_files = [(f, old) for f, old in zip(self.files, self.old) if old != f[1]]
+        rollback.record_for(self.module, [{"kind": "file", "path": f[0], "content": old} for f, old in changed_files])
+        for argv, command in zip(self.actions, self.commands()):
+            rc, out, err = self.module.run_command([self.ip_bin] + argv, environ_update={"LC_ALL": "C"})
+            if rc != 0:
+                self.module.fail_json(msg="prefixes: %s failed: %s" % (command, (err or out).strip()))
+        for (path, text), _old in changed_files:
+            write_atomic(path, text)
+
+    def result(self):
+        changed_files = [path for (path, text), old in zip(self.files, self.old) if old != text]
+        diff = [{"before": "", "after": "".join(c + "\n" for c in self.commands())}] if self.actions else []
+        diff += [
+            {"before_header": path, "after_header": path, "before": old or "", "after": text}
+            for (path, text), old in zip(self.files, self.old)
+            if old != text
+        ]
+        return dict(
+            changed=bool(self.actions or changed_files),
+            commands=self.commands(),
+            unrouted=self.unrouted,
+            table=self.follower.table,
+            files=changed_files,
+            unit={"path": self.files[1][0], "changed": self.files[1][0] in changed_files},
+            diff=diff,
         )

@@ -15,13 +15,16 @@ version_added: "0.1.0"
 description:
   - Reads the rollback record a remediation run left in C(rollback_dir) (prior values recorded by
     M(gpufleet.tuning.gpu_settings), M(gpufleet.tuning.sysctl_settings), M(gpufleet.tuning.sysfs_settings),
-    M(gpufleet.tuning.nic_settings), M(gpufleet.tuning.route_congctl), M(gpufleet.tuning.rollback_snapshot)) and
+    M(gpufleet.tuning.nic_settings), M(gpufleet.tuning.route_congctl), M(gpufleet.tuning.route_follow),
+    M(gpufleet.tuning.rollback_snapshot)) and
     puts every value back, newest change first.
   - Files gpufleet created are removed (a symbolic link such as a C(.wants) link is unlinked, never its target);
     files it changed get their old content back.
   - Routes M(gpufleet.tuning.route_congctl) changed are re-created with their recorded attributes (C(ip route
     replace), with no C(congctl) when they had none); routes it created are deleted (C(ip route del)) while they
     still have the gateway and device it gave them.
+  - The routing table of M(gpufleet.tuning.route_follow) is emptied and its rules removed, after stopping
+    C(gpufleet-route-follow.service) where systemd runs it.
   - Only what differs is changed, so a second rollback changes nothing. ECC and MIG modes go back to their prior
     pending mode and need a reboot, as when they were changed.
 author:
