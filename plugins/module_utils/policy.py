@@ -96,6 +96,12 @@ SPEC = {
                                      "every connection) or routes (congctl on the routes to the long-haul peers' "
                                      "prefixes, sites.SITE.links.PEER.prefixes; local traffic keeps the default)."),
         "default_bandwidth_gbps": (1.0, "number", "Bandwidth assumed for a measured link that does not declare one."),
+        "link_streams": (4, "int",
+                         "Parallel TCP streams the long-haul transfers use: `gpufleet links` measures each declared "
+                         "link with one stream and with this many (--streams overrides it)."),
+        "link_min_pct": (50.0, "number",
+                         "NET-LINK-001: a measured link delivering less than this percent of its declared bandwidth, "
+                         "while the hosts' buffers allow it, is limited by the path or the provider."),
     },
     "power": {
         "min_power_limit_pct": (100.0, "number",
@@ -366,6 +372,7 @@ POSITIVE = {
     "network.buffer_factor": "NET-TCP-001",
     "network.max_buffer_bytes": "NET-TCP-001",
     "network.default_bandwidth_gbps": "NET-TCP-001",
+    "network.link_min_pct": "NET-LINK-001",
     "cpu.min_cpus_per_gpu": "HOST-CPU-002",
     "power.min_power_limit_pct": "GPU-PWR-002",
 }

@@ -274,6 +274,23 @@ HEALTHY = {
         "peers": [],
     },
     "links": {"source": "declared", "peers": [{"site": "eu_west", "rtt_ms": 180.0, "bandwidth_gbps": 1.0}]},
+    # What `gpufleet links` measured from this host (link_measure at both ends, rules/measured.py): the declared
+    # 1 Gbit/s, 180 ms link to eu_west delivering 930 Mbit/s with 4 streams, 64 MiB buffers, BBR.
+    "link_measurements": [
+        {
+            "site": "ap_southeast",
+            "peer_site": "eu_west",
+            "declared_gbps": 1.0,
+            "rtt_ms": 180.4,
+            "single_mbps": 702.0,
+            "multi_mbps": 931.0,
+            "streams": 4,
+            "sender_wmem_max": 67108864,
+            "receiver_rmem_max": 67108864,
+            "congestion_control": "bbr",
+            "error": None,
+        }
+    ],
     # The balance probe's sample (gpu_probe, module_utils/probe.py): one training process per GPU, bound to 14 of
     # its NUMA node's CPUs, GPUs busy, loaders keeping up, no swapping.
     "probe": {

@@ -25,6 +25,7 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import (
     balance,
     cpu,
     health,
+    measured,
     memory,
     network,
     power,
@@ -40,7 +41,10 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import 
     skip,
 )
 
-RULES = memory.RULES + cpu.RULES + network.RULES + power.RULES + health.RULES + software.RULES + balance.RULES
+RULES = (
+    memory.RULES + cpu.RULES + network.RULES + measured.RULES + power.RULES + health.RULES + software.RULES
+    + balance.RULES
+)
 BY_ID = dict((r.id, r) for r in RULES)
 
 

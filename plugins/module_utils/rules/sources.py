@@ -216,6 +216,10 @@ RFC5681_IDLE = (
     "RFC 5681 section 4.1: restarting idle connections",
     "https://www.rfc-editor.org/rfc/rfc5681#section-4.1",
 )
+RFC6349_TCP_THROUGHPUT = (
+    "RFC 6349: framework for TCP throughput testing (the window a path needs: bandwidth x RTT)",
+    "https://www.rfc-editor.org/rfc/rfc6349",
+)
 AWS_MTU = (
     "AWS EC2: network MTU (9001 in a VPC)",
     "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/network_mtu.html",
