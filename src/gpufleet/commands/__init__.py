@@ -4,6 +4,6 @@ once in ``options``."""
 
 from __future__ import annotations
 
-from gpufleet.commands import audit, catalog, probe, remediate, report, rollback, topology
+from gpufleet.commands import audit, catalog, links, probe, remediate, report, rollback, topology
 
-COMMANDS = (audit, remediate, rollback, report, topology, probe, catalog)  # in `gpufleet --help` order
+COMMANDS = (audit, remediate, rollback, report, topology, probe, links, catalog)  # in `gpufleet --help` order
