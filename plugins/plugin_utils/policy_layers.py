@@ -76,8 +76,12 @@ def named_layers(values, read_file=read_policy_file):
 def layers(templar, task_vars, read_file=read_policy_file):
     """The host's policy layers, first to last (``{}`` for one that is not defined), as a module's ``policy``
     option takes them (LAYERS): the policy file's content is merged under the last layer."""
-    values = host_values(templar, task_vars, LAYERS + (FILE_VARIABLE,))
-    named = named_layers(values, read_file)
+    return as_option(named_layers(host_values(templar, task_vars, LAYERS + (FILE_VARIABLE,)), read_file))
+
+
+def as_option(named):
+    """``named_layers``' list as a module's ``policy`` option: one layer per name of LAYERS, the policy file's
+    merged under the last (its dotted keys expanded first, so the last layer wins however either writes a key)."""
     if len(named) == len(LAYERS):
         return [layer for _, layer in named]
     last = policy.merge(policy.expand_dotted(named[-2][1]), policy.expand_dotted(named[-1][1]))

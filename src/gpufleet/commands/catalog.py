@@ -1,11 +1,14 @@
-"""`gpufleet catalog` (the rules) and `gpufleet policy` (the policy keys and defaults), from gpufleet.docs."""
+"""`gpufleet catalog` (the rules) and `gpufleet policy` (the policy keys and defaults, from gpufleet.docs; with
+--host, one host's effective policy and the layer that set each value, from gpufleet.hostpolicy)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 
 from gpufleet import exits, paths
 from gpufleet.commands import options
+from gpufleet.text import clean_lines
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,14 +30,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     policy = options.command(
         sub,
         "policy",
-        help="list the policy keys with their defaults (Markdown)",
+        help="list the policy keys with their defaults (Markdown), or one host's effective policy (--host)",
         description="List the policy keys, their defaults and meaning, as a Markdown table. A policy file (--policy) "
-        "or the inventory's gpufleet_policy* variables override them.",
+        "or the inventory's gpufleet_policy* variables override them. With --host: that host's effective policy, "
+        "the one the audit, the watch, the probe and remediate judge it by (the defaults, then gpufleet_policy, "
+        "gpufleet_policy_group, gpufleet_policy_host, gpufleet_policy_file, then --policy or "
+        "gpufleet_policy_overrides; later wins), each key with the layer that set it. Reads the inventory only.",
         examples="""
   gpufleet policy | grep memory
+  gpufleet policy --host fra-h100-01 -i my-fleet/hosts.yml --policy my-fleet/policy.yml
+  gpufleet policy --host fra-h100-01 -i my-fleet/hosts.yml --json | jq '.keys["power.limit_pct"]'
 """,
         exit_codes=options.READ_ONLY_EXIT_CODES,
     )
+    policy.add_argument("--host", metavar="NAME", help="one host's effective policy and who set each value")
+    options.inventory(policy)
+    policy.add_argument("--policy", help="YAML policy file, merged last as `gpufleet audit --policy` merges it")
+    policy.add_argument("--json", action="store_true", help="with --host: JSON for scripts (value and layers per key)")
     policy.set_defaults(func=run_policy)
 
 
@@ -48,9 +60,21 @@ def run_catalog(args: argparse.Namespace) -> int:
 
 def run_policy(args: argparse.Namespace) -> int:
     paths.import_collection()
-    from gpufleet import docs
+    if args.host is None:
+        if args.json or args.policy:
+            raise exits.UsageError("--json and --policy go with --host NAME (one host's effective policy)")
+        from gpufleet import docs
 
-    print(docs.policy_markdown())
+        print(docs.policy_markdown())
+        return exits.EXIT_OK
+    from gpufleet import hostpolicy
+
+    layers = hostpolicy.read_layers(args.inventory, args.host, args.policy)
+    merged, sources = hostpolicy.explain(layers)
+    if args.json:
+        print(json.dumps(hostpolicy.as_json(args.host, layers, merged, sources), indent=2, sort_keys=True))
+    else:
+        print(clean_lines(hostpolicy.as_text(args.host, layers, merged, sources)))
     return exits.EXIT_OK
 
 

@@ -1,0 +1,161 @@
+"""One policy, given one way (issue 29 point 1): the playbooks' policy file (gpufleet_policy_file, read by
+plugin_utils/policy_layers.py), policy keys given as extra variables refused, and `gpufleet policy --host NAME`:
+the host's effective policy and the layer that set each value, from an inventory in a temp dir."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from ansible_collections.gpufleet.tuning.plugins.module_utils import policy
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils import policy_layers
+
+from gpufleet import cli
+
+
+# ---------------------------------------------------------------- the playbooks' policy file and stray keys
+def test_the_policy_file_is_read_relative_to_the_current_directory_and_validated(tmp_path, monkeypatch):
+    (tmp_path / "policy.yml").write_text("min_severity: low\npower: {limit_pct: 90}\n")
+    monkeypatch.chdir(tmp_path)
+    assert policy_layers.read_policy_file("policy.yml") == {"min_severity": "low", "power": {"limit_pct": 90}}
+    (tmp_path / "bad.yml").write_text("power: {limit_pct: -1}\n")
+    (tmp_path / "list.yml").write_text("- min_severity\n")
+    for path, message in (
+        ("bad.yml", "gpufleet_policy_file bad.yml: policy.power.limit_pct: must be >= 0"),
+        ("list.yml", "gpufleet_policy_file list.yml: expected a mapping of policy keys, got list"),
+        ("missing.yml", "gpufleet_policy_file missing.yml: No such file or directory"),
+    ):
+        with pytest.raises(policy_layers.PolicyFileError) as exc:
+            policy_layers.read_policy_file(path)
+        assert str(exc.value).startswith(message), exc.value
+    (tmp_path / "rule.yml").write_text("rules: {NOPE-001: {enabled: false}}\n")
+    with pytest.raises(policy_layers.PolicyFileError, match="policy.rules.NOPE-001: unknown rule id"):
+        policy_layers.read_policy_file("rule.yml")
+
+
+def test_the_policy_file_comes_before_the_last_layer_and_the_module_gets_four():
+    values = {
+        "gpufleet_policy": {"memory": {"max_swappiness": 30}},
+        "gpufleet_policy_overrides": {"min_severity": "high"},
+        "gpufleet_policy_file": "team.yml",
+    }
+    files = {"team.yml": {"min_severity": "low", "memory.max_swappiness": 20}}
+    named = policy_layers.named_layers(values, read_file=files.__getitem__)
+    assert [name for name, _ in named] == [*policy.LAYERS[:-1], "gpufleet_policy_file", policy.LAYERS[-1]]
+    option = policy_layers.as_option(named)
+    assert len(option) == len(policy.LAYERS)
+    merged = policy.from_option(option)
+    assert merged["min_severity"] == "high"  # gpufleet_policy_overrides (the CLI's --policy) wins over the file
+    assert merged["memory"]["max_swappiness"] == 20  # the file over the fleet layer, dotted or not
+    # Without a file the layers are handed over as they are.
+    assert policy_layers.as_option(policy_layers.named_layers({})) == [{}, {}, {}, {}]
+
+
+def test_policy_keys_given_as_extra_variables_are_named_with_what_to_use():
+    extra = {"min_severity": "low", "power": {"limit_pct": 90}, "watch_state": "present", "gpufleet_policy_file": "p"}
+    assert policy_layers.stray_keys(extra) == ["min_severity", "power"]
+    assert policy_layers.stray_keys({"gpufleet_policy_overrides": {"min_severity": "low"}}) == []
+    message = policy_layers.stray_message(["min_severity", "power"])
+    assert "min_severity, power" in message and "-e gpufleet_policy_file=policy.yml" in message
+
+
+# ---------------------------------------------------------------- gpufleet policy --host
+@pytest.fixture
+def fleet(tmp_path):
+    """An inventory laid out as inventories/example: fleet-wide layer in group_vars/all, a region's in
+    group_vars/<region>.yml, a host's in host_vars, a team policy file."""
+    inv = tmp_path / "inv"
+    (inv / "group_vars").mkdir(parents=True)
+    (inv / "host_vars").mkdir()
+    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"eu_west": {"hosts": {"fra-01": {}}}}}}))
+    (inv / "group_vars" / "all.yml").write_text(
+        yaml.safe_dump(
+            {"gpufleet_policy": {"memory": {"max_swappiness": 30}, "rules": {"GPU-ECC-002": {"enabled": False}}}}
+        )
+    )
+    (inv / "group_vars" / "eu_west.yml").write_text(
+        yaml.safe_dump({"gpufleet_policy_group": {"site": "{{ group_names[0] }}", "power.limit_w": 400}})
+    )
+    (inv / "host_vars" / "fra-01.yml").write_text(
+        yaml.safe_dump({"gpufleet_policy_host": {"rules": {"GPU-PWR-002": {"severity": "low"}}}})
+    )
+    team = tmp_path / "policy.yml"
+    team.write_text(yaml.safe_dump({"min_severity": "low", "memory": {"max_swappiness": 10}}))
+    return inv / "hosts.yml", team
+
+
+def _policy(capsys, *args):
+    code = cli.main(["policy", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_policy_host_says_which_layer_set_each_value(fleet, capsys):
+    inventory, team = fleet
+    code, out, err = _policy(capsys, "--host", "fra-01", "-i", str(inventory), "--policy", str(team))
+    assert code == 0, err
+    rows = {}
+    for line in out.splitlines():
+        if line.startswith("  "):
+            key, rest = line.split(maxsplit=1)
+            value, _, who = rest.partition("   (")
+            rows[key] = (value, who.rstrip(")") or "default")
+    assert rows["min_severity"] == ("low", f"--policy {team}")
+    assert rows["memory.max_swappiness"] == ("10", f"--policy {team}")  # over gpufleet_policy's 30
+    assert rows["site"] == ("eu_west", "gpufleet_policy_group")  # templated
+    assert rows["power.limit_w"] == ("400", "gpufleet_policy_group")  # dotted in the layer
+    assert rows["rules.GPU-ECC-002.enabled"] == ("false", "gpufleet_policy")
+    assert rows["rules.GPU-PWR-002.severity"] == ("low", "gpufleet_policy_host")
+    assert rows["cpu.governor"] == ("performance", "default")
+    assert rows["memory.thp_enabled"] == ("always, madvise, never", "default")  # a list as a person reads it
+    assert out.index("cpu.governor") > out.index("min_severity")  # the layers' keys first
+
+
+def test_policy_host_json_is_the_effective_policy_with_its_layers(fleet, capsys, tmp_path, monkeypatch):
+    inventory, team = fleet
+    monkeypatch.chdir(tmp_path)
+    # The inventory names the team's file itself (as a playbook run takes it): a layer of its own, before the last.
+    (inventory.parent / "group_vars" / "all.yml").write_text(
+        yaml.safe_dump({"gpufleet_policy": {"memory": {"max_swappiness": 30}}, "gpufleet_policy_file": "policy.yml"})
+    )
+    code, out, err = _policy(capsys, "--host", "fra-01", "-i", str(inventory), "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["layers"] == [*policy.LAYERS[:-1], "gpufleet_policy_file", policy.LAYERS[-1]]
+    assert data["keys"]["memory.max_swappiness"] == {"value": 10, "set_by": ["gpufleet_policy", "gpufleet_policy_file"]}
+    assert data["keys"]["cpu.governor"] == {"value": "performance", "set_by": []}
+    expected = policy.from_option(
+        [
+            {"memory": {"max_swappiness": 30}},
+            {"site": "eu_west", "power.limit_w": 400},
+            {"rules": {"GPU-PWR-002": {"severity": "low"}}},
+            {"min_severity": "low", "memory": {"max_swappiness": 10}},
+        ]
+    )
+    assert data["policy"] == expected  # what the modules judge by, from the same layers
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--host", "nope-01"], "no host nope-01 in inventory"),
+        (["--host", "fra-01", "--policy", "BAD"], "--policy BAD: policy.power.limit_pct: must be >= 0"),
+        (["--json"], "--json and --policy go with --host NAME"),
+    ],
+)
+def test_policy_host_errors_exit_3_naming_the_layer_or_host(fleet, capsys, args, message):
+    inventory, team = fleet
+    bad = team.parent / "bad.yml"
+    bad.write_text("power: {limit_pct: -1}\n")
+    args = [str(bad) if a == "BAD" else a for a in args]
+    code, out, err = _policy(capsys, *args, "-i", str(inventory))
+    assert code == 3 and message.replace("BAD", str(bad)) in err, err
+    assert "Traceback" not in err
+
+
+def test_policy_host_names_the_layer_of_an_invalid_inventory_value(fleet, capsys):
+    inventory, _ = fleet
+    (inventory.parent / "host_vars" / "fra-01.yml").write_text(yaml.safe_dump({"gpufleet_policy_host": {"cpu": 3}}))
+    code, _, err = _policy(capsys, "--host", "fra-01", "-i", str(inventory))
+    assert code == 3 and "gpufleet_policy_host: policy.cpu: expected a mapping" in err, err
