@@ -96,6 +96,17 @@ SPEC = {
                                      "every connection) or routes (congctl on the routes to the long-haul peers' "
                                      "prefixes, sites.SITE.links.PEER.prefixes; local traffic keeps the default)."),
         "default_bandwidth_gbps": (1.0, "number", "Bandwidth assumed for a measured link that does not declare one."),
+        "rdma": {
+            "expected_rate_gbps": ({}, "dict",
+                                   "NET-RDMA-002: the rate each RDMA port must run at, in Gb/s, by device, "
+                                   "device/port or glob: {'mlx5_*': 400, mlx5_bond_0: 200}. The exact name wins, "
+                                   "then the longest glob; null for a key removes a broader one. A port no key "
+                                   "covers is held to the rate most of the host's ports of its link layer run at."),
+            "exclude": ([], "list",
+                        "RDMA ports NET-RDMA-001..003 do not judge: globs matched against the device (mlx5_4), "
+                        "device/port (mlx5_4/1) and the port's netdevs (ib4, bond0) - an unused second port, a "
+                        "storage HCA watched elsewhere."),
+        },
         "link_streams": (4, "int",
                          "Parallel TCP streams the long-haul transfers use: `gpufleet links` measures each declared "
                          "link with one stream and with this many (--streams overrides it)."),
@@ -338,6 +349,24 @@ def _validate_mtu(policy):
         raise PolicyError("policy.network.min_mtu: an MTU is an integer from 68 to 65535 (or null), got %r" % value)
 
 
+def _validate_rdma(policy):
+    """network.rdma: expected_rate_gbps {device, device/port or glob: Gb/s or null}, exclude [globs]."""
+    rdma = (policy.get("network") or {}).get("rdma") or {}
+    for key, value in (rdma.get("expected_rate_gbps") or {}).items():
+        if not isinstance(key, str) or not key.strip():
+            raise PolicyError("policy.network.rdma.expected_rate_gbps: keys are RDMA devices, device/port or globs "
+                              "(mlx5_0, 'mlx5_0/1', 'mlx5_*'), got %r" % (key,))
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 < value <= 3200):
+            raise PolicyError("policy.network.rdma.expected_rate_gbps.%s: a rate in Gb/s, a number > 0 and <= 3200 "
+                              "(400 for NDR 4X, 200 for HDR 4X or a 2 x 100 GbE RoCE bond), or null, got %r"
+                              % (key, value))
+    for i, glob in enumerate(rdma.get("exclude") or []):
+        if not isinstance(glob, str) or not glob.strip():
+            raise PolicyError("policy.network.rdma.exclude[%d]: a device, device/port or netdev name or glob "
+                              "(mlx5_4, 'mlx5_4/1', 'mlx5_bond_*', bond0), got %r" % (i, glob))
+
+
 def _validate_power(policy):
     power = policy.get("power") or {}
     if power.get("limit_w") is not None and power.get("limit_pct") is not None:
@@ -490,6 +519,7 @@ def validate(overrides, known_rules=None):
     _validate_positive(policy)
     _validate_links(policy)
     _validate_mtu(policy)
+    _validate_rdma(policy)
     _validate_power(policy)
     _validate_watch(policy)
     _validate_probe(policy)

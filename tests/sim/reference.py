@@ -478,7 +478,10 @@ HOSTS: dict[str, dict[str, Any]] = {
                 "ethtool": "mlx5_core/ens1f0np0",
             },
         ],
-        "infiniband": [{"device": f"mlx5_{i}", "rate_gbps": 400} for i in range(8)],
+        # The eight compute ConnectX-7s' NDR ports, and RoCE on the storage card: its two ports bonded (mlx5 RoCE
+        # LAG: one RDMA device, mlx5_bond_0, over bond0).
+        "infiniband": [{"device": f"mlx5_{i}", "rate_gbps": 400} for i in range(8)]
+        + [{"device": "mlx5_bond_0", "rate_gbps": 400, "link_layer": "Ethernet", "netdevs": ["bond0"]}],
         "nvswitches": ["0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"],
         "fabricmanager": True,
         "toolkits": ["12.8.1"],
@@ -491,6 +494,7 @@ HOSTS: dict[str, dict[str, Any]] = {
             "swappiness 60, THP madvise, no memlock line for users (none in DGX OS's list)": UBUNTU_DEFAULTS,
             "slurmd with LimitMEMLOCK=infinity (Slurm's slurmd.service; jobs inherit slurmd's limit)": SLURM_MEMLOCK,
             "driver 570 (open modules), kernel 5.15.0-1042-nvidia, NIC names, PCI addresses": "illustrative (DGX OS 6)",
+            "RoCE LAG of the storage card's two ports (mlx5_bond_0 over bond0, 2 x 200 GbE)": "illustrative",
         },
     },
     "pcie-l40s": {

@@ -75,6 +75,21 @@ def gpu(i: int) -> dict:
     }
 
 
+def rdma_port(device: str, rate: float = 400.0, link_layer: str = "InfiniBand", netdevs=None) -> dict:
+    """One ACTIVE, LinkUp RDMA port as module_utils/rdma.py reports it, its error counters read twice, still."""
+    width, speed = ("4X", "NDR") if rate == 400.0 else ("2X", "NDR")
+    counters = dict.fromkeys(("link_downed", "symbol_error", "link_error_recovery", "port_rcv_errors",
+                              "local_link_integrity_errors", "excessive_buffer_overrun_errors"), 0)
+    return {
+        "name": f"{device}/1", "device": device, "port": 1, "state": "ACTIVE", "state_code": 4,
+        "phys_state": "LinkUp", "phys_state_code": 5, "rate": f"{rate:g} Gb/sec ({width} {speed})", "rate_gbps": rate,
+        "width": width, "speed": speed, "link_layer": link_layer, "netdevs": netdevs or [],
+        "netdev_up": True if link_layer == "Ethernet" else None, "counters": counters, "deltas": {},
+        "saturated": [], "reset": [], "unreadable": {}, "hw_counters": {}, "hw_deltas": {},
+        "hca_type": "MT4129", "board_id": "MT_0000000838", "fw_ver": "28.41.1000",
+    }
+
+
 HEALTHY = {
     "gpu": {
         "nvml": {
@@ -272,6 +287,15 @@ HEALTHY = {
             for i in range(8)
         ],
         "peers": [],
+    },
+    # The RDMA ports (module_utils/rdma.py): the eight compute HCAs' InfiniBand ports at 400 Gb/s NDR and the
+    # storage RoCE LAG (two 100 GbE ports bonded: mlx5_bond_0 over bond0), counters still over the sample window.
+    "rdma": {
+        "available": True,
+        "reason": None,
+        "interval_s": 1.0,
+        "ports": [rdma_port(f"mlx5_{i}", netdevs=[f"ibp{i}s0"]) for i in range(8)]
+        + [rdma_port("mlx5_bond_0", rate=200.0, link_layer="Ethernet", netdevs=["bond0"])],
     },
     "links": {"source": "declared", "peers": [{"site": "eu_west", "rtt_ms": 180.0, "bandwidth_gbps": 1.0}]},
     # What `gpufleet links` measured from this host (link_measure at both ends, rules/measured.py): the declared

@@ -29,6 +29,7 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import (
     memory,
     network,
     power,
+    rdma,
     software,
 )
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (  # noqa: F401 (the package's API)
@@ -43,7 +44,7 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import 
 
 RULES = (
     memory.RULES + cpu.RULES + network.RULES + measured.RULES + power.RULES + health.RULES + software.RULES
-    + balance.RULES
+    + balance.RULES + rdma.RULES
 )
 BY_ID = dict((r.id, r) for r in RULES)
 

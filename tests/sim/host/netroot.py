@@ -32,7 +32,8 @@ network namespace, where default_qdisc is hidden). rmem/wmem may be given as [mi
 "min default max".
 
 InfiniBand port keys: device (required), port (1), state ("ACTIVE"), phys_state ("LinkUp"), rate_gbps
-(400), width ("4X"), link_layer ("InfiniBand").
+(400), width ("4X"), link_layer ("InfiniBand"); counters ({name: value}: counters/<name>, none by default);
+netdevs ([names]: gid_attrs/ndevs/0, 1, ... - a RoCE port's net devices, bond0 for a RoCE LAG).
 """
 
 from __future__ import annotations
@@ -151,6 +152,10 @@ def _write_ib(root: Path, spec: dict) -> None:
     rate_text = f"{rate:g} Gb/sec ({width_text})"
     _write(base / "rate", rate_text + "\n")
     _write(base / "link_layer", f"{port['link_layer']}\n")
+    for name, value in (port.get("counters") or {}).items():
+        _write(base / "counters" / name, f"{value}\n")
+    for index, netdev in enumerate(port.get("netdevs") or []):
+        _write(base / "gid_attrs" / "ndevs" / str(index), f"{netdev}\n")
 
 
 def build_netroot(root, nics=None, tcp=None, infiniband=None) -> Path:
