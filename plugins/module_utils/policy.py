@@ -91,10 +91,12 @@ SPEC = {
                           "half of it as window)."),
         "max_buffer_bytes": (268435456, "int", "Cap on the TCP buffer size the audit asks for (bytes)."),
         "congestion_control": ("bbr", "str", "Congestion control wanted on long links when the kernel offers it."),
-        "congestion_control_scope": ("host", ("host", "routes"),
+        "congestion_control_scope": ("host", ("host", "routes", "follow"),
                                      "Where the long-link congestion control applies: host (tcp_congestion_control, "
-                                     "every connection) or routes (congctl on the routes to the long-haul peers' "
-                                     "prefixes, sites.SITE.links.PEER.prefixes; local traffic keeps the default)."),
+                                     "every connection), routes (congctl on routes to the long-haul peers' "
+                                     "prefixes, sites.SITE.links.PEER.prefixes, pinned to today's gateway; local "
+                                     "traffic keeps the default) or follow (the same connections, through a table "
+                                     "that follows the routing table: gateway changes, failover, ECMP)."),
         "default_bandwidth_gbps": (1.0, "number", "Bandwidth assumed for a measured link that does not declare one."),
         "rdma": {
             "expected_rate_gbps": ({}, "dict",
