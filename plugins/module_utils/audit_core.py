@@ -136,9 +136,12 @@ def run(module, policy, root="/", gather=GATHER, interfaces=None, sample_seconds
 
     link_facts = links.resolve(policy, measure=lambda peers: links.measure_rtt(peers, timeout=peer_timeout))
     facts["links"] = link_facts
-    if facts["network"] is not None and policy["network"]["congestion_control_scope"] == "routes":
-        # network.congestion_control_scope: routes - NET-TCP-002 judges the routes to the long-haul peers' prefixes.
-        facts["network"]["routes"] = routes.read_route_congctl(runner, links.classify(policy, link_facts)[2])
+    scope = policy["network"]["congestion_control_scope"]
+    if facts["network"] is not None and scope in ("routes", "follow"):
+        # network.congestion_control_scope: routes - NET-TCP-002 judges the routes to the long-haul peers' prefixes;
+        # follow - the route the kernel really uses for them (ip route get: through the policy rules).
+        read = routes.read_route_congctl if scope == "routes" else routes.read_route_get_congctl
+        facts["network"]["routes"] = read(runner, links.classify(policy, link_facts)[2])
     findings = rules.evaluate(facts, policy)
     del facts["links"]
     return {

@@ -200,6 +200,20 @@ def show_exact(run, prefix, ip="ip", locks=False):
     return shown, why
 
 
+def read_route_get_congctl(run, prefixes):
+    """{prefix: congestion control of the route the kernel really uses for it, or None}: ``ip -j route get`` of the
+    prefix's first address, through every policy rule and table (scope follow's table of its own included).
+
+    ``run(argv) -> (rc, stdout, stderr)``. A prefix the kernel has no route for, or whose lookup fails, maps to None.
+    """
+    out = {}
+    for prefix in prefixes or []:
+        address = prefix.split("/", 1)[0]
+        got, _why = ip_json(run, [ip_family(prefix), "route", "get", address])
+        out[prefix] = route_congctl_of(got[0]) if got else None
+    return out
+
+
 def read_route_congctl(run, prefixes):
     """{prefix: congestion control of the main table's own route to it, or None} (show_exact).
 

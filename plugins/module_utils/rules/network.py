@@ -496,8 +496,9 @@ def check_congestion_control(facts, pol):
         "available": available,
         "longest_rtt_ms": max(p["rtt_ms"] for p in long_links),
     }
-    if pol["network"].get("congestion_control_scope") == "routes":
-        return _check_route_congctl(facts, fix["route_prefixes"], observed, wanted)
+    scope = pol["network"].get("congestion_control_scope")
+    if scope in ("routes", "follow"):
+        return _check_route_congctl(facts, fix["route_prefixes"], observed, wanted, scope)
     if current == wanted:
         return result("pass", observed, wanted, "%s is in use" % wanted)
     if wanted in available:
@@ -516,19 +517,20 @@ def check_congestion_control(facts, pol):
     )
 
 
-def _check_route_congctl(facts, prefixes, observed, wanted):
+def _check_route_congctl(facts, prefixes, observed, wanted, scope="routes"):
     """Scope routes: the routes to the long-haul peers' ``prefixes`` carry the congestion control (ip-route(8)
-    congctl); the host default is the owner's."""
+    congctl); scope follow: the route the kernel really uses for each (``ip route get``, through the policy rules).
+    The host default is the owner's."""
     routes = network_fact(facts, "routes")
-    observed = dict(observed, scope="routes", routes=routes)
+    observed = dict(observed, scope=scope, routes=routes)
     expected = {"congctl": wanted, "prefixes": prefixes}
     if not prefixes:
         return result(
             "fail",
             observed,
             expected,
-            "congestion_control_scope is routes but no prefix is declared for the long links "
-            "(sites.SITE.links.PEER.prefixes)",
+            "congestion_control_scope is %s but no prefix is declared for the long links "
+            "(sites.SITE.links.PEER.prefixes)" % scope,
         )
     if routes is None:
         return skip("routes not read")
