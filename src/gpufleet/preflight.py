@@ -119,11 +119,36 @@ def _host_policy_problem(host, variables, loader, templar_class, overrides, poli
         except policy_mod.PolicyError as exc:
             return f"{layer}: {exc}"
         merged = policy_mod.merge(merged, policy_mod.expand_dotted(raw))
+    problem, from_file = _policy_file_layer(hostvars, templar)
+    if problem:
+        return problem
+    merged = policy_mod.merge(merged, policy_mod.expand_dotted(from_file))
     try:
         policy_mod.validate(policy_mod.merge(merged, policy_mod.expand_dotted(overrides)), known_rules=rules.BY_ID)
     except policy_mod.PolicyError as exc:
         return f"merged policy: {exc}"
     return None
+
+
+def _policy_file_layer(hostvars, templar) -> tuple[str | None, dict[str, Any]]:
+    """(problem or None, content) of the policy file the inventory names in gpufleet_policy_file (the layer before
+    --policy, plugin_utils/policy_layers.py). The CLI runs its playbooks from the collection's directory, so a
+    relative path would not name the file it names here: it must be absolute (``{{ inventory_dir }}/...``)."""
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils import policy_layers
+
+    name = policy_layers.FILE_VARIABLE
+    if hostvars.get(name) is None:
+        return None, {}
+    try:
+        path = templar.template(hostvars[name])
+    except Exception as exc:  # an undefined variable or a template error in the inventory
+        return f"{name}: {exc}", {}
+    if isinstance(path, str) and not Path(path).is_absolute():
+        return f"{name} {path}: give an absolute path (e.g. {{{{ inventory_dir }}}}/../policy.yml)", {}
+    try:
+        return None, policy_layers.read_policy_file(path)
+    except policy_layers.PolicyFileError as exc:
+        return str(exc), {}
 
 
 def prepare(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[str]]:

@@ -159,3 +159,25 @@ def test_policy_host_names_the_layer_of_an_invalid_inventory_value(fleet, capsys
     (inventory.parent / "host_vars" / "fra-01.yml").write_text(yaml.safe_dump({"gpufleet_policy_host": {"cpu": 3}}))
     code, _, err = _policy(capsys, "--host", "fra-01", "-i", str(inventory))
     assert code == 3 and "gpufleet_policy_host: policy.cpu: expected a mapping" in err, err
+
+
+def test_the_clis_preflight_reads_the_inventorys_policy_file_before_any_host_is_touched(fleet):
+    """gpufleet_policy_file set in the inventory is checked with the other layers (exit 3, nothing run); the CLI
+    runs its playbooks from the collection's directory, so a relative path is refused, naming what to write."""
+    from gpufleet import preflight
+    from gpufleet.exits import UsageError
+
+    inventory, team = fleet
+    all_vars = inventory.parent / "group_vars" / "all.yml"
+    bad = team.parent / "bad.yml"
+    bad.write_text("power: {limit_pct: -1}\n")
+    for path, message in (
+        (str(bad), f"fra-01: gpufleet_policy_file {bad}: policy.power.limit_pct: must be >= 0"),
+        ("policy.yml", "fra-01: gpufleet_policy_file policy.yml: give an absolute path (e.g. {{ inventory_dir }}"),
+    ):
+        all_vars.write_text(yaml.safe_dump({"gpufleet_policy_file": path}))
+        with pytest.raises(UsageError) as exc:
+            preflight.inventory_hosts(str(inventory), None, {}, None)
+        assert message in str(exc.value), exc.value
+    all_vars.write_text(yaml.safe_dump({"gpufleet_policy_file": str(team)}))
+    assert preflight.inventory_hosts(str(inventory), None, {}, None) == ["fra-01"]
