@@ -24,12 +24,11 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.summary import cou
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import (
     balance,
     cpu,
+    gpudirect,
     health,
-    measured,
     memory,
     network,
     power,
-    rdma,
     software,
 )
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (  # noqa: F401 (the package's API)
@@ -43,8 +42,8 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import 
 )
 
 RULES = (
-    memory.RULES + cpu.RULES + network.RULES + measured.RULES + power.RULES + health.RULES + software.RULES
-    + balance.RULES + rdma.RULES
+    memory.RULES + cpu.RULES + network.RULES + gpudirect.RULES + power.RULES + health.RULES + software.RULES
+    + balance.RULES
 )
 BY_ID = dict((r.id, r) for r in RULES)
 

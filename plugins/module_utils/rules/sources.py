@@ -120,6 +120,50 @@ IMEX_CONFIG = (
     "https://docs.nvidia.com/multi-node-nvlink-systems/imex-guide/config.html",
 )
 
+# GPUDirect RDMA prerequisites (NET-GDR-*)
+NCCL_ACS = (
+    "NCCL troubleshooting: PCI Access Control Services (ACS) - redirects peer traffic to the root complex; "
+    "setpci ECAP_ACS+0x6.w=0000, again after each reboot",
+    "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html#pci-access-control-services-acs",
+)
+NCCL_GPU_TO_NIC = (
+    "NCCL troubleshooting: GPU-to-NIC communication - nvidia-peermem loaded at each boot, or DMA-BUF with the open "
+    "kernel modules",
+    "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html#gpu-to-nic-communication",
+)
+NCCL_DMABUF_ENABLE = (
+    "NCCL environment variables: NCCL_DMABUF_ENABLE (GPUDirect RDMA registration through Linux DMA-BUF, on by "
+    "default where supported)",
+    "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-dmabuf-enable",
+)
+NVIDIA_PEERMEM = (
+    "GPUDirect RDMA: using nvidia-peermem (the peer-memory module shipped with the driver, replaces nv_peer_mem)",
+    "https://docs.nvidia.com/cuda/gpudirect-rdma/index.html#using-nvidia-peermem",
+)
+GPU_OPERATOR_RDMA = (
+    "NVIDIA GPU Operator: GPUDirect RDMA prerequisites (DMA-BUF: open kernel modules, CUDA 11.7, Turing or later, "
+    "Linux 5.12; legacy nvidia-peermem: MLNX_OFED or DOCA-OFED)",
+    "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-rdma.html",
+)
+KERNEL_PARAMETERS = (
+    "Linux kernel command-line parameters: iommu=pt, intel_iommu=, amd_iommu=, iommu.passthrough=, "
+    "pci=disable_acs_redir=",
+    "https://docs.kernel.org/admin-guide/kernel-parameters.html",
+)
+KERNEL_IOMMU_GROUPS = (
+    "Linux kernel ABI: /sys/kernel/iommu_groups/<n>/type (identity, DMA, DMA-FQ)",
+    "https://docs.kernel.org/admin-guide/abi-testing.html#abi-sys-kernel-iommu-groups-reserved-regions",
+)
+AZURE_INFINIBAND = (
+    "Azure: enable InfiniBand on HPC and GPU VMs (the host owns the PCIe fabric; drivers and nvidia-peermem in the "
+    "guest)",
+    "https://learn.microsoft.com/en-us/azure/virtual-machines/extensions/enable-infiniband",
+)
+AWS_EFA_NCCL = (
+    "AWS EC2: get started with EFA and NCCL (GPUDirect RDMA on p4d/p5 through the EFA driver in the guest)",
+    "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start-nccl.html",
+)
+
 # Linux
 KERNEL_VM_SYSCTL = (
     "Linux kernel: /proc/sys/vm (swappiness, overcommit_memory)",
@@ -216,10 +260,6 @@ RFC5681_IDLE = (
     "RFC 5681 section 4.1: restarting idle connections",
     "https://www.rfc-editor.org/rfc/rfc5681#section-4.1",
 )
-RFC6349_TCP_THROUGHPUT = (
-    "RFC 6349: framework for TCP throughput testing (the window a path needs: bandwidth x RTT)",
-    "https://www.rfc-editor.org/rfc/rfc6349",
-)
 AWS_MTU = (
     "AWS EC2: network MTU (9001 in a VPC)",
     "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/network_mtu.html",
@@ -272,37 +312,6 @@ AZURE_NHC = ("Azure HPC node health checks (azurehpc-health-checks)", "https://g
 GCM_HEALTH_CHECKS = (
     "Meta GPU cluster monitoring (GCM) health checks: check-nvidia-smi vbios_mismatch",
     "https://github.com/facebookresearch/gcm",
-)
-
-# RDMA ports (NET-RDMA-*)
-KERNEL_SYSFS_INFINIBAND = (
-    "Linux kernel ABI: /sys/class/infiniband (port state, phys_state, rate, link_layer, counters, gid_attrs/ndevs)",
-    "https://github.com/torvalds/linux/blob/master/Documentation/ABI/stable/sysfs-class-infiniband",
-)
-KERNEL_IB_PMA_WIDTHS = (
-    "Linux kernel drivers/infiniband/core/sysfs.c: the width of each PortCounters file (symbol_error and "
-    "port_rcv_errors 16 bits, link_downed and link_error_recovery 8, local_link_integrity_errors 4)",
-    "https://github.com/torvalds/linux/blob/master/drivers/infiniband/core/sysfs.c",
-)
-NVIDIA_IB_PORT_COUNTERS = (
-    "NVIDIA UFM: InfiniBand port counters (what each error counter counts)",
-    "https://docs.nvidia.com/networking/display/ufmsdnappumv4184/InfiniBand+Port+Counters",
-)
-NVIDIA_NVSENTINEL_LINK_COUNTERS = (
-    "NVIDIA NVSentinel NIC health monitor: link counter detection (counters judged by their growth; resets)",
-    "https://docs.nvidia.com/nvsentinel/components/nic-health-monitor/link-counter-detection",
-)
-AZURE_NHC_IB_RATE = (
-    "Azure HPC node health checks, ND H100 v5: check_hw_ib 400 for each of mlx5_ib0..7",
-    "https://github.com/Azure/azurehpc-health-checks/blob/main/conf/nd96isr_h100_v5.conf",
-)
-AZURE_NHC_LINK_FLAPPING = (
-    "Azure HPC node health checks: azure_ib_link_flapping.nhc (an InfiniBand link that flapped fails the node)",
-    "https://github.com/Azure/azurehpc-health-checks/blob/main/customTests/azure_ib_link_flapping.nhc",
-)
-GPUD_INFINIBAND = (
-    "gpud infiniband component: H100, H200, B200 and GB200 nodes expect at least 8 ports at 400 Gb/s",
-    "https://github.com/leptonai/gpud/blob/main/components/accelerator/nvidia/infiniband/threshold_default.go",
 )
 
 # Our own measurements: a threshold of ours names the script that measured it
