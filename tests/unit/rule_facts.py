@@ -75,6 +75,21 @@ def gpu(i: int) -> dict:
     }
 
 
+def rdma_port(device: str, rate: float = 400.0, link_layer: str = "InfiniBand", netdevs=None) -> dict:
+    """One ACTIVE, LinkUp RDMA port as module_utils/rdma.py reports it, its error counters read twice, still."""
+    width, speed = ("4X", "NDR") if rate == 400.0 else ("2X", "NDR")
+    counters = dict.fromkeys(("link_downed", "symbol_error", "link_error_recovery", "port_rcv_errors",
+                              "local_link_integrity_errors", "excessive_buffer_overrun_errors"), 0)
+    return {
+        "name": f"{device}/1", "device": device, "port": 1, "state": "ACTIVE", "state_code": 4,
+        "phys_state": "LinkUp", "phys_state_code": 5, "rate": f"{rate:g} Gb/sec ({width} {speed})", "rate_gbps": rate,
+        "width": width, "speed": speed, "link_layer": link_layer, "netdevs": netdevs or [],
+        "netdev_up": True if link_layer == "Ethernet" else None, "counters": counters, "deltas": {},
+        "saturated": [], "reset": [], "unreadable": {}, "hw_counters": {}, "hw_deltas": {},
+        "hca_type": "MT4129", "board_id": "MT_0000000838", "fw_ver": "28.41.1000",
+    }
+
+
 HEALTHY = {
     "gpu": {
         "nvml": {
@@ -273,6 +288,15 @@ HEALTHY = {
         ],
         "peers": [],
     },
+    # The RDMA ports (module_utils/rdma.py): the eight compute HCAs' InfiniBand ports at 400 Gb/s NDR and the
+    # storage RoCE LAG (two 100 GbE ports bonded: mlx5_bond_0 over bond0), counters still over the sample window.
+    "rdma": {
+        "available": True,
+        "reason": None,
+        "interval_s": 1.0,
+        "ports": [rdma_port(f"mlx5_{i}", netdevs=[f"ibp{i}s0"]) for i in range(8)]
+        + [rdma_port("mlx5_bond_0", rate=200.0, link_layer="Ethernet", netdevs=["bond0"])],
+    },
     # GPUDirect RDMA prerequisites (module_utils/gpudirect.py): bare metal, nvidia_peermem loaded, each GPU two PCIe
     # switch levels below the switch of its ConnectX-7 (the DGX H100 layout) with ACS redirect off on every bridge,
     # the IOMMU in passthrough.
@@ -323,6 +347,23 @@ HEALTHY = {
                            "arch": "x86", "cpu_vendor": "GenuineIntel"},
     },
     "links": {"source": "declared", "peers": [{"site": "eu_west", "rtt_ms": 180.0, "bandwidth_gbps": 1.0}]},
+    # What `gpufleet links` measured from this host (link_measure at both ends, rules/measured.py): the declared
+    # 1 Gbit/s, 180 ms link to eu_west delivering 930 Mbit/s with 4 streams, 64 MiB buffers, BBR.
+    "link_measurements": [
+        {
+            "site": "ap_southeast",
+            "peer_site": "eu_west",
+            "declared_gbps": 1.0,
+            "rtt_ms": 180.4,
+            "single_mbps": 702.0,
+            "multi_mbps": 931.0,
+            "streams": 4,
+            "sender_wmem_max": 67108864,
+            "receiver_rmem_max": 67108864,
+            "congestion_control": "bbr",
+            "error": None,
+        }
+    ],
     # The balance probe's sample (gpu_probe, module_utils/probe.py): one training process per GPU, bound to 14 of
     # its NUMA node's CPUs, GPUs busy, loaders keeping up, no swapping.
     "probe": {

@@ -26,9 +26,11 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import (
     cpu,
     gpudirect,
     health,
+    measured,
     memory,
     network,
     power,
+    rdma,
     software,
 )
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import (  # noqa: F401 (the package's API)
@@ -42,8 +44,8 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.rules.base import 
 )
 
 RULES = (
-    memory.RULES + cpu.RULES + network.RULES + gpudirect.RULES + power.RULES + health.RULES + software.RULES
-    + balance.RULES
+    memory.RULES + cpu.RULES + network.RULES + gpudirect.RULES + measured.RULES + power.RULES + health.RULES
+    + software.RULES + balance.RULES + rdma.RULES
 )
 BY_ID = dict((r.id, r) for r in RULES)
 

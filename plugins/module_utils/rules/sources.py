@@ -260,6 +260,10 @@ RFC5681_IDLE = (
     "RFC 5681 section 4.1: restarting idle connections",
     "https://www.rfc-editor.org/rfc/rfc5681#section-4.1",
 )
+RFC6349_TCP_THROUGHPUT = (
+    "RFC 6349: framework for TCP throughput testing (the window a path needs: bandwidth x RTT)",
+    "https://www.rfc-editor.org/rfc/rfc6349",
+)
 AWS_MTU = (
     "AWS EC2: network MTU (9001 in a VPC)",
     "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/network_mtu.html",
@@ -312,6 +316,37 @@ AZURE_NHC = ("Azure HPC node health checks (azurehpc-health-checks)", "https://g
 GCM_HEALTH_CHECKS = (
     "Meta GPU cluster monitoring (GCM) health checks: check-nvidia-smi vbios_mismatch",
     "https://github.com/facebookresearch/gcm",
+)
+
+# RDMA ports (NET-RDMA-*)
+KERNEL_SYSFS_INFINIBAND = (
+    "Linux kernel ABI: /sys/class/infiniband (port state, phys_state, rate, link_layer, counters, gid_attrs/ndevs)",
+    "https://github.com/torvalds/linux/blob/master/Documentation/ABI/stable/sysfs-class-infiniband",
+)
+KERNEL_IB_PMA_WIDTHS = (
+    "Linux kernel drivers/infiniband/core/sysfs.c: the width of each PortCounters file (symbol_error and "
+    "port_rcv_errors 16 bits, link_downed and link_error_recovery 8, local_link_integrity_errors 4)",
+    "https://github.com/torvalds/linux/blob/master/drivers/infiniband/core/sysfs.c",
+)
+NVIDIA_IB_PORT_COUNTERS = (
+    "NVIDIA UFM: InfiniBand port counters (what each error counter counts)",
+    "https://docs.nvidia.com/networking/display/ufmsdnappumv4184/InfiniBand+Port+Counters",
+)
+NVIDIA_NVSENTINEL_LINK_COUNTERS = (
+    "NVIDIA NVSentinel NIC health monitor: link counter detection (counters judged by their growth; resets)",
+    "https://docs.nvidia.com/nvsentinel/components/nic-health-monitor/link-counter-detection",
+)
+AZURE_NHC_IB_RATE = (
+    "Azure HPC node health checks, ND H100 v5: check_hw_ib 400 for each of mlx5_ib0..7",
+    "https://github.com/Azure/azurehpc-health-checks/blob/main/conf/nd96isr_h100_v5.conf",
+)
+AZURE_NHC_LINK_FLAPPING = (
+    "Azure HPC node health checks: azure_ib_link_flapping.nhc (an InfiniBand link that flapped fails the node)",
+    "https://github.com/Azure/azurehpc-health-checks/blob/main/customTests/azure_ib_link_flapping.nhc",
+)
+GPUD_INFINIBAND = (
+    "gpud infiniband component: H100, H200, B200 and GB200 nodes expect at least 8 ports at 400 Gb/s",
+    "https://github.com/leptonai/gpud/blob/main/components/accelerator/nvidia/infiniband/threshold_default.go",
 )
 
 # Our own measurements: a threshold of ours names the script that measured it
