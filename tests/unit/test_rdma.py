@@ -5,12 +5,16 @@ twice in one window, saturation by the kernel's counter widths, a missing tree, 
 
 from __future__ import annotations
 
+import copy
 import shutil
 from pathlib import Path
 
 import pytest
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rdma
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import html as report_html
+from report_fixtures import load
+from test_report_html import parse
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rdma"
 IB = "sys/class/infiniband"
@@ -121,8 +125,12 @@ def test_saturation_follows_the_kernels_counter_widths(name, value, full):
 
 def test_no_infiniband_class_means_no_rdma_devices(tmp_path):
     result = rdma.collect(HostFS(str(tmp_path)), sample_seconds=1.0, sleep=pytest.fail)
-    assert result == {"available": False, "reason": "no RDMA devices (/sys/class/infiniband absent)",
-                      "interval_s": None, "ports": []}
+    assert result == {
+        "available": False,
+        "reason": "no RDMA devices (/sys/class/infiniband absent)",
+        "interval_s": None,
+        "ports": [],
+    }
     (tmp_path / IB).mkdir(parents=True)  # the class exists (ib_core loaded) but no device registered
     result = rdma.collect(HostFS(str(tmp_path)), sample_seconds=1.0, sleep=pytest.fail)
     assert result["available"] and result["ports"] == [] and "no RDMA ports" in result["reason"]
@@ -197,3 +205,27 @@ def test_counter_files_a_driver_does_not_have_are_left_out(tmp_path):
 )
 def test_rate_strings(text, parsed):
     assert rdma.parse_rate(text) == parsed
+
+
+# ---------------------------------------------------------------- the report
+
+
+def test_the_html_report_shows_each_port(tmp_path):
+    root = _copy(tmp_path)
+    (root / IB / "mlx5_4/ports/1/state").write_text("1: DOWN\n")
+    (root / IB / "mlx5_4/ports/1/phys_state").write_text("3: Disabled\n")
+    facts = rdma.collect(HostFS(str(root)), sample_seconds=0)
+    facts["ports"][0]["netdevs"] = ["<script>alert(1)</script>"]
+    report = copy.deepcopy(load("sample-v1.json"))
+    report["hosts"]["iad-h100-03"].setdefault("facts", {})["rdma"] = facts
+    report["hosts"]["sg-a100-01"].setdefault("facts", {})["rdma"] = rdma.collect(HostFS(str(tmp_path / "none")), 0)
+    page = report_html.render_html(report)
+    details = parse(page).find("section", data_host="iad-h100-03").find("details", class_="rdma")
+    assert details.find("summary").all_text() == "RDMA ports (8 of 9 up)"
+    rows = [[td.all_text() for td in tr.iter("td")] for tr in details.find("tbody").iter("tr")]
+    assert rows[2][:4] == ["mlx5_4/1", "DOWN / Disabled", "400 Gb/sec (4X NDR)", "InfiniBand"]
+    assert rows[1][5] == "saturated: excessive_buffer_overrun_errors, link_downed; read once"
+    assert "<script>alert(1)</script>" not in page and page.count("<script>") == 1
+    none = parse(page).find("section", data_host="sg-a100-01").find("details", class_="rdma")
+    assert none.attrs["data-rdma"] == "unavailable" and "no RDMA devices" in none.all_text()
+    assert parse(page).find("section", data_host="fra-a100-02").find("details", class_="rdma") is None

@@ -31,6 +31,7 @@ from markupsafe import Markup
 from ...module_utils.text import BIDI
 from . import schema
 from .devices import failing_devices, focus, others_text
+from .rdma import html_view as rdma_view
 from .topology import html_view as topology_view
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -325,6 +326,7 @@ def _host_view(index: int, name: str, host: Any, catalog: dict[str, dict], lazy:
         "driver": _text((gpu.get("driver") or {}).get("version") if isinstance(gpu.get("driver"), dict) else None),
         "links": _links_view(host.get("links")),
         "topology": topology_view(facts.get("topology")),  # issue 17: when the audit gathered it
+        "rdma": rdma_view(facts.get("rdma")),  # issue 28: the InfiniBand / RoCE ports
         "cells": cells,
         "worst": worst or "",
         "findings": shown,
