@@ -14,6 +14,9 @@ __metaclass__ = type
 import glob
 import os
 
+READ_CHUNK = 64 * 1024
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
 
 class HostFS:
     def __init__(self, root="/"):
@@ -28,12 +31,28 @@ class HostFS:
         return os.path.join(self.root, path.lstrip("/"))
 
     def read(self, path, limit=1024 * 1024):
-        """Text of a file, or None when it does not exist or cannot be read."""
+        """Text of a file (its first ``limit`` bytes), or None when it does not exist or cannot be read.
+
+        os.read in 64 KiB steps rather than a buffered file's ``read(limit)``, which allocates ``limit`` bytes (1 MiB
+        by default: an mmap and munmap) for every read; an audit reads ~1,600 one-line sysfs files, each 3x cheaper
+        this way (bench/module_profile.py)."""
         try:
-            with open(self.path(path), "rb") as f:
-                return f.read(limit).decode("utf-8", "replace")
+            fd = os.open(self.path(path), os.O_RDONLY | _CLOEXEC)
         except (IOError, OSError):
             return None
+        chunks, left = [], limit
+        try:
+            while left > 0:
+                chunk = os.read(fd, min(READ_CHUNK, left))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+        except (IOError, OSError):
+            return None
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode("utf-8", "replace")
 
     def exists(self, path):
         return os.path.exists(self.path(path))

@@ -152,7 +152,9 @@ policy_digest:
 facts:
   description: >-
     C(gpu) (as gpu_info returns it), C(host) (as host_info returns C(host)), C(network) (as nic_info returns
-    C(network)).
+    C(network)), C(rdma) (the RDMA ports of /sys/class/infiniband: C(available), C(reason), C(interval_s) and
+    C(ports), each with C(name), C(state), C(phys_state), C(rate_gbps), C(link_layer), C(netdevs), C(counters),
+    C(deltas) and C(saturated)).
   returned: when result is full (the default) and include_facts is true
   type: dict
 audit_json:
@@ -210,6 +212,8 @@ policy:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+# First: every module_utils file below is then compiled once per run, not twice (zipimport_once.py says why).
+from ansible_collections.gpufleet.tuning.plugins.module_utils import zipimport_once  # noqa: F401
 from ansible_collections.gpufleet.tuning.plugins.module_utils import audit_core, gpu, ifname, rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, from_option
 
