@@ -22,8 +22,11 @@ Policy: the defaults (no site links, no declared MTU); only mis-tuning 3 declare
 would in its inventory. (a) A healthy reference host has no failing finding at medium or above. (b) Each of the five
 seed mis-tunings injected into each host makes the right rule fire (EXPECTED below).
 
+(c) The HGX H100 node with one InfiniBand port Disabled and one trained at half its rate (dgx-h100--rdma): each port
+is named by its finding (issue 28), and the report carries every port (JSON and HTML).
+
 One ansible-playbook run (playbooks/audit.yml through gpufleet.runner, as tests/integration/test_demo.py) audits all
-thirty hosts, one module call each; the findings come from the report it writes.
+thirty-one hosts, one module call each; the findings come from the report it writes.
 """
 
 from __future__ import annotations
@@ -94,7 +97,8 @@ def audit(sim_lib, tmp_path_factory):
     audit_s = time.monotonic() - started - build_s
     print(f"\nreference hosts: built {len(built)} in {build_s:.1f} s, audited in {audit_s:.1f} s")
     report = json.loads((tmp / "reports" / "latest" / "report.json").read_text())
-    return {"built": built, "result": result, "report": report, "calls": calls.read_text().split()}
+    return {"built": built, "result": result, "report": report, "calls": calls.read_text().split(),
+            "reports": tmp / "reports" / "latest"}
 
 
 def _findings(audit, host):
@@ -161,6 +165,21 @@ def test_seed_mistuning_fires_the_right_rule(audit, host, number):
     assert not same, f"{same} already fire on {host} as badly as after the injection\n" + _describe(
         [healthy[r] for r in same] + [injected[r] for r in same]
     )
+
+
+def test_rdma_port_down_and_port_downtrained_are_each_named(audit):
+    host = audit["report"]["hosts"]["dgx-h100--rdma"]
+    found = {f["rule"]: f for f in host["findings"]}
+    assert [i["nic"] for i in found["NET-RDMA-001"]["items"]] == ["mlx5_2/1"], found["NET-RDMA-001"]
+    assert [(i["nic"], i["rate_gbps"], i["expected_gbps"]) for i in found["NET-RDMA-002"]["items"]] == [
+        ("mlx5_5/1", 200.0, 400.0)
+    ], found["NET-RDMA-002"]
+    healthy = {f["rule"]: f["status"] for f in _findings(audit, "dgx-h100") if f["rule"].startswith("NET-RDMA")}
+    assert healthy == {"NET-RDMA-001": "pass", "NET-RDMA-002": "pass", "NET-RDMA-003": "skip"}  # sample_seconds 0
+    ports = {p["name"]: p for p in host["facts"]["rdma"]["ports"]}
+    assert ports["mlx5_bond_0/1"]["netdevs"] == ["bond0"] and len(ports) == 9
+    html = (audit["reports"] / "report.html").read_text()
+    assert "RDMA ports (8 of 9 up)" in html
 
 
 def _rank(finding) -> int:

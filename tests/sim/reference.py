@@ -572,6 +572,19 @@ MISTUNINGS: dict[int, dict[str, Any]] = {
     5: {"title": "driver upgraded without a reboot: kernel module and library differ", "expect": ["SW-KMOD-001"]},
 }
 
+# A fabric fault injected (with ``variants``) into the HGX H100 node as "<host>--rdma": its third InfiniBand port
+# Disabled (DOWN), its sixth trained at 2X (half its rate); NET-RDMA-001 and NET-RDMA-002 must name each.
+FABRIC_FAULT_HOSTS = ("dgx-h100",)
+
+
+def _fabric_fault(spec: dict[str, Any]) -> dict[str, Any]:
+    spec = copy.deepcopy(spec)
+    ib = [p for p in spec["infiniband"] if p.get("link_layer", "InfiniBand") == "InfiniBand"]
+    ib[2].update(state="DOWN", phys_state="Disabled")
+    ib[5].update(rate_gbps=ib[5].get("rate_gbps", 400) // 2, width="2X")
+    return spec
+
+
 # Long links the owner of a mis-tuned host (3) declares: a site pair 160 ms apart at 1 Gbit/s.
 LINK_POLICY = {"site": "ref", "sites": {"ref": {"links": {"remote": {"rtt_ms": 160, "bandwidth_gbps": 1}}}}}
 
@@ -756,7 +769,8 @@ def build_host(host_dir: Path, name: str, spec: dict[str, Any]) -> Path:
 
 
 def build(out: Path, variants: bool = False, hosts: list[str] | None = None) -> dict[str, dict[str, Any]]:
-    """Build the reference hosts (and, with ``variants``, one mis-tuned copy per seed mis-tuning) under ``out``.
+    """Build the reference hosts (and, with ``variants``, one mis-tuned copy per seed mis-tuning, and the fabric
+    fault "<host>--rdma" of FABRIC_FAULT_HOSTS) under ``out``.
 
     Returns {host: {"dir": Path, "policy": host policy, "base": reference host, "mistuning": N or None}}.
     """
@@ -782,6 +796,10 @@ def build(out: Path, variants: bool = False, hosts: list[str] | None = None) -> 
                 "base": name,
                 "mistuning": number,
             }
+        if name in FABRIC_FAULT_HOSTS:
+            vname = f"{name}--rdma"
+            built[vname] = {"dir": build_host(out / vname, name, _fabric_fault(spec)), "policy": {}, "base": name,
+                            "mistuning": "rdma"}
     return built
 
 
