@@ -83,9 +83,9 @@ def as_option(named):
     """``named_layers``' list as a module's ``policy`` option: one layer per name of LAYERS, the policy file's
     merged under the last (its dotted keys expanded first, so the last layer wins however either writes a key)."""
     if len(named) == len(LAYERS):
-        return [layer for _, layer in named]
+        return [pair[1] for pair in named]
     last = policy.merge(policy.expand_dotted(named[-2][1]), policy.expand_dotted(named[-1][1]))
-    return [layer for _, layer in named[:-2]] + [last]
+    return [pair[1] for pair in named[:-2]] + [last]
 
 
 def stray_keys(extra_vars):
