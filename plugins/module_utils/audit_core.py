@@ -93,10 +93,10 @@ def run(module, policy, root="/", gather=GATHER, interfaces=None, sample_seconds
 
     # One sample window for the three counter samples: the GPUs' error counters, the NICs' drop counters and the
     # swap rates are each read twice, sample_seconds apart. The NIC reads (mostly ethtool runs) go to a thread at
-    # once; NVML is read here and, once every GPU's first counters are in, the host's reads (its own swap-rate
-    # sample included) and the driver facts outside NVML run inside the GPUs' wait (gpu.read's meanwhile), so the
-    # audit takes about one window plus the GPUs' reads, not the window plus everything else. The module itself,
-    # fail_json included, is only used from this thread.
+    # once; NVML is read here: every GPU's links and first counters, then, inside the GPUs' wait, their other facts,
+    # the driver facts outside NVML and the host's reads (its own swap-rate sample included; gpu.read's meanwhile),
+    # so the audit takes about one window plus NVML's start and the first counters, not the window plus everything
+    # else. The module itself, fail_json included, is only used from this thread.
     nic_thread = errors = None
     if "network" in gather:
         errors = []

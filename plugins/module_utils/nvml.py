@@ -227,6 +227,7 @@ class _Gpu:
         self.lost = False
         self.data = {"index": index}
         self.links = []  # NVLink links whose state NVML reported
+        self.nvlink = None  # the link states (_nvlink), read with the first counters
         self.first = None  # first read of the error counters
         self.first_at = None
 
@@ -300,10 +301,19 @@ def sysfs_bus_id(pci_bus_id):
     return "%s:%s" % (domain[-4:].rjust(4, "0"), rest)
 
 
-def _read_gpu(nv, handle, index, fs):
-    """One GPU's facts, section by section, in the order NVML is asked (once the GPU is lost, nothing after it is
-    read); the error counters' first read is taken where collect() times its sample window from."""
+def _first_counters(nv, handle, index):
+    """A GPU's links and the first read of its error counters: what the sample window is timed from. Taken before
+    the GPU's other facts, so that those (``_read_gpu``) are read inside the window rather than before it."""
     g = _Gpu(nv, handle, index)
+    g.nvlink = _nvlink(g, nv)  # the links the NVLink counters are summed over
+    g.first = _counters(g, nv)
+    g.first_at = time.monotonic()
+    return g
+
+
+def _read_gpu(g, nv, fs):
+    """One GPU's facts, section by section, in the order NVML is asked (once the GPU is lost, nothing after it is
+    read); its links and first counters are already in (``_first_counters``)."""
     d = g.data
     _identity(g)
     d["memory"] = _memory(g)
@@ -320,12 +330,10 @@ def _read_gpu(nv, handle, index, fs):
     d["pcie"] = _pcie(g)
     d["compute_mode"] = decoders.compute_mode_name(g.call("compute_mode", "nvmlDeviceGetComputeMode"))
     d["mig"] = _mig(g)
-    d["nvlink"] = _nvlink(g, nv)
+    d["nvlink"] = g.nvlink
     d["fabric"] = _fabric(g, nv)
     d["recovery_action"] = _recovery_action(g, nv)
     d["vbios_version"] = as_text(g.call("vbios_version", "nvmlDeviceGetVbiosVersion"))
-    g.first = _counters(g, nv)
-    g.first_at = time.monotonic()
     words = g.call("cpu_affinity", "nvmlDeviceGetCpuAffinity", CPU_SET_WORDS)
     d["cpu_affinity"] = decoders.cpus_to_cpulist(decoders.mask_words_to_cpus(words)) if words is not None else None
     d["numa_node"] = _numa_node(g, nv, fs, d["pci_bus_id"])
@@ -772,9 +780,10 @@ def read_driver(nv, fs):
 def collect(nv, fs=None, sample_seconds=SAMPLE_SECONDS, meanwhile=None):
     """Everything NVML says about this host. Raises NvmlUnavailable when NVML cannot start.
 
-    The error counters are read once with each GPU and again at least ``sample_seconds`` later (0: a single
-    read, no increase). ``meanwhile`` (a callable, optional) is called once every GPU's first counters are read,
-    before the wait for the second: other reads share the wait instead of following it."""
+    Each GPU's links and error counters are read first, and the counters again at least ``sample_seconds`` later
+    (0: a single read, no increase). In between, inside that window, every GPU's other facts are read and then
+    ``meanwhile`` (a callable, optional) is called once: those reads share the wait instead of preceding or
+    following it."""
     fs = fs or HostFS("/")
     try:
         with nvml_session(nv):
@@ -800,8 +809,12 @@ def _collect(nv, fs, sample_seconds, meanwhile=None):
             read.append({"index": index, "lost": reason == "GpuIsLost", "error": reason,
                          "unsupported": {}})
             continue
-        read.append(_read_gpu(nv, handle, index, fs))
+        read.append(_first_counters(nv, handle, index))
     firsts = [g.first_at for g in read if isinstance(g, _Gpu) and not g.lost]
+    # Inside the window: every GPU's other facts, then the caller's reads.
+    for g in read:
+        if isinstance(g, _Gpu):
+            _read_gpu(g, nv, fs)
     if meanwhile is not None:
         meanwhile()
     if sample_seconds and firsts:

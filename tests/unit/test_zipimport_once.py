@@ -66,3 +66,16 @@ def test_each_file_compiled_once_with_the_same_result(python):
         assert after["counts"] == {"__init__.py": 1, "a.py": 1, "b.py": 1}
     else:  # 3.8 and 3.9 load through load_module: left as they are
         assert after["installed"] is False and after["counts"] == before["counts"]
+
+
+MODULES = Path(__file__).resolve().parents[2] / "plugins" / "modules"
+# The modules that gather (each imports most of module_utils): the shim must come before their first module_utils.
+GATHERING = ("audit", "remediation_targets", "gpu_probe", "gpu_info", "host_info", "nic_info", "gpu_topology",
+             "gpu_settings")
+
+
+@pytest.mark.parametrize("name", GATHERING)
+def test_gathering_modules_install_it_before_their_module_utils(name):
+    lines = (MODULES / f"{name}.py").read_text().splitlines()
+    ours = [i for i, line in enumerate(lines) if line.startswith("from ansible_collections.gpufleet.tuning.plugins")]
+    assert ours and "import zipimport_once" in lines[ours[0]], f"{name}: zipimport_once is not its first module_utils"
