@@ -124,12 +124,12 @@ IMEX_CONFIG = (
 NCCL_ACS = (
     "NCCL troubleshooting: PCI Access Control Services (ACS) - redirects peer traffic to the root complex; "
     "setpci ECAP_ACS+0x6.w=0000, again after each reboot",
-    "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html#pci-access-control-services-acs",
+    "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting/gpu_troubleshooting.html",
 )
 NCCL_GPU_TO_NIC = (
     "NCCL troubleshooting: GPU-to-NIC communication - nvidia-peermem loaded at each boot, or DMA-BUF with the open "
     "kernel modules",
-    "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html#gpu-to-nic-communication",
+    "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html#gpu-direct",
 )
 NCCL_DMABUF_ENABLE = (
     "NCCL environment variables: NCCL_DMABUF_ENABLE (GPUDirect RDMA registration through Linux DMA-BUF, on by "
@@ -152,7 +152,7 @@ KERNEL_PARAMETERS = (
 )
 KERNEL_IOMMU_GROUPS = (
     "Linux kernel ABI: /sys/kernel/iommu_groups/<n>/type (identity, DMA, DMA-FQ)",
-    "https://docs.kernel.org/admin-guide/abi-testing.html#abi-sys-kernel-iommu-groups-reserved-regions",
+    "https://github.com/torvalds/linux/blob/master/Documentation/ABI/testing/sysfs-kernel-iommu_groups",
 )
 AZURE_INFINIBAND = (
     "Azure: enable InfiniBand on HPC and GPU VMs (the host owns the PCIe fabric; drivers and nvidia-peermem in the "
