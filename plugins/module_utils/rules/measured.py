@@ -90,9 +90,9 @@ def check_measured_link(facts, pol):
     measured = [m for m in judged if m["verdict"] != "not measured"]
     if not measured:
         return skip("no link could be measured: %s" % "; ".join(m["why"] for m in judged))
-    observed = [dict((k, m.get(k)) for k in ("peer_site", "declared_gbps", "rtt_ms", "single_mbps", "multi_mbps",
-                                              "bdp_limit_multi_mbps", "congestion_control", "verdict"))
-                for m in measured]
+    keys = ("peer_site", "declared_gbps", "rtt_ms", "single_mbps", "multi_mbps", "bdp_limit_multi_mbps",
+            "congestion_control", "verdict")
+    observed = [dict((k, m.get(k)) for k in keys) for m in measured]
     expected = ">= %s %% of the declared bandwidth where the hosts' TCP settings allow it" % (
         pol["network"]["link_min_pct"])
     bad = [m for m in measured if m["verdict"] == "path-limited"]
