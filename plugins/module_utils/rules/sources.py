@@ -345,8 +345,9 @@ AZURE_NHC_LINK_FLAPPING = (
     "https://github.com/Azure/azurehpc-health-checks/blob/main/customTests/azure_ib_link_flapping.nhc",
 )
 GPUD_INFINIBAND = (
-    "gpud infiniband component: H100, H200, B200 and GB200 nodes expect at least 8 ports at 400 Gb/s",
-    "https://github.com/leptonai/gpud/blob/main/components/accelerator/nvidia/infiniband/threshold_default.go",
+    "gpud infiniband component (threshold_default.go: H100, H200, B200 and GB200 nodes expect at least 8 ports at "
+    "400 Gb/s)",
+    "https://github.com/leptonai/gpud/tree/main/components/accelerator/nvidia/infiniband",
 )
 
 # Our own measurements: a threshold of ours names the script that measured it
