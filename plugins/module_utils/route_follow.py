@@ -27,7 +27,7 @@ import json
 import os
 import select
 import signal
-import subprocess
+import subprocess  # nosec B404  # ip only, argv lists, no shell (the program on the host)
 import sys
 import time
 
@@ -229,7 +229,9 @@ def _rule_del(fam, dst, prio, table):
 
 
 def _runner(argv):
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, LC_ALL="C"))
+    proc = subprocess.Popen(  # nosec B603  # argv list: ip and its arguments from the config
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, LC_ALL="C")
+    )
     out, err = proc.communicate()
     return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
@@ -272,7 +274,7 @@ def sync_once(follower, log, said=None):
 def watch(follower, log, resync=RESYNC_SECONDS):
     """Sync, then again after every burst of route or rule events (and every ``resync`` seconds); returns when
     ``ip monitor`` ends (systemd restarts the unit)."""
-    monitor = subprocess.Popen([follower.ip, "monitor", "route", "rule"], stdout=subprocess.PIPE)
+    monitor = subprocess.Popen([follower.ip, "monitor", "route", "rule"], stdout=subprocess.PIPE)  # nosec B603
     fd = monitor.stdout.fileno()
     said = set()
     try:
@@ -305,15 +307,19 @@ def main(argv=None):
 
     follower = load_config(argv[1])
     if argv[0] == "watch":
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop `ip monitor` too (the finally in watch)
+        signal.signal(signal.SIGTERM, _stop)
         return watch(follower, log)
     if argv[0] == "show":
-        print(json.dumps(follower.routes_now(), indent=2))
+        sys.stdout.write(json.dumps(follower.routes_now(), indent=2) + "\n")
         return 0
     if argv[0] == "sync":
         return 1 if sync_once(follower, log) else 0
     return 1 if _apply(follower.clear_plan(), follower.ip, log) else 0
 
 
+def _stop(_signum, _frame):
+    raise SystemExit(0)  # stops `ip monitor` too (the finally in watch)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
