@@ -1,6 +1,7 @@
 """One policy wherever a finding is made (issue 29 point 1): the watch judges by the policy the audit judges by.
 
-On the demo fleet (its fleet-wide gpufleet_policy, a group layer of our own), the team's policy file is given to
+On the demo fleet (inventories/demo: its fleet-wide gpufleet_policy; plus a group layer of our own, from a second
+inventory), the team's policy file is given to
 `gpufleet audit --policy FILE` and to playbooks/watch.yml as `-e gpufleet_policy_file=FILE`: the policy in the
 watch.json the role would write (check mode, its diff) is, host by host, the one the audit judged by (the report's
 policy_digest). The same file given as `-e @FILE` (its keys as variables of their own, which nothing reads) stops
@@ -10,13 +11,19 @@ the run naming what to use, before anything is installed.
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import labkit
 import pytest
-import simfleet
 import yaml
 
 from gpufleet.runner import run_playbook
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "inventories" / "demo" / "hosts.yml"
+sys.path.insert(0, str(REPO / "tests" / "sim"))
+import demo  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +33,7 @@ POLICY = {"min_severity": "low", "software": {"driver_branch": 550}, "power": {"
 CONFIG_TASK = "Write the checker's configuration (host, effective policy, audit options)"
 
 
-def _watch(inventory, tmp, extravars):
+def _watch(inventories, tmp, extravars):
     """playbooks/watch.yml in check mode with --diff on HOSTS: per host (status, message, the watch.json it would
     write or None). Where the role would install goes under ``tmp`` (nothing is written in check mode anyway)."""
     role_vars = {
@@ -41,7 +48,7 @@ def _watch(inventory, tmp, extravars):
     events = []
     result = run_playbook(
         "watch.yml",
-        [str(inventory), str(where)],
+        [*map(str, inventories), str(where)],
         limit=",".join(HOSTS),
         extravars=extravars,
         check=True,
@@ -64,21 +71,33 @@ def _digest(policy: dict) -> str:
 
 
 def test_the_watch_judges_by_the_audits_policy_and_a_policy_nothing_reads_is_an_error(tmp_path, sim_lib):
-    inventory_dir = simfleet.demo_inventory(tmp_path, sim_lib)
-    (inventory_dir / "group_vars" / "eu_west.yml").write_text(
-        yaml.safe_dump({"gpufleet_policy_group": {"memory": {"max_swappiness": 5}}})
+    if not (REPO / "build" / "demo" / HOSTS[0]).is_dir():
+        demo.build(REPO / "build" / "demo")
+    group = tmp_path / "group.yml"
+    group.write_text(
+        yaml.safe_dump({"eu_west": {"vars": {"gpufleet_policy_group": {"memory": {"max_swappiness": 5}}}}})
     )
-    inventory = inventory_dir / "hosts.yml"
+    inventories = (DEMO, group)
     policy_file = tmp_path / "policy.yml"
     policy_file.write_text(yaml.safe_dump(POLICY))
 
     audit = labkit.gpufleet(
-        "audit", "-i", str(inventory), "-l", ",".join(HOSTS), "--policy", str(policy_file), "--out", str(tmp_path / "r")
+        "audit",
+        "-i",
+        str(DEMO),
+        "-i",
+        str(group),
+        "-l",
+        ",".join(HOSTS),
+        "--policy",
+        str(policy_file),
+        "--out",
+        str(tmp_path / "r"),
     )
     assert audit.returncode in (0, 1), audit.stdout[-2000:] + audit.stderr[-2000:]
     report = json.loads((tmp_path / "r" / "latest" / "report.json").read_text())
 
-    watch = _watch(inventory, tmp_path, {"gpufleet_policy_file": str(policy_file)})
+    watch = _watch(inventories, tmp_path, {"gpufleet_policy_file": str(policy_file)})
     for name in HOSTS:
         status, message, config = watch[name]
         assert status == "ok" and config, (name, message)
@@ -90,7 +109,7 @@ def test_the_watch_judges_by_the_audits_policy_and_a_policy_nothing_reads_is_an_
     assert watch["iad-h100-03"][2]["policy"]["site"] == "us_east"
 
     # -e @policy.yml: each key a variable of its own, read by nothing. An error naming what to use, not a no-op.
-    stray = _watch(inventory, tmp_path, POLICY)
+    stray = _watch(inventories, tmp_path, POLICY)
     for name in HOSTS:
         status, message, config = stray[name]
         assert status == "failed" and config is None, (name, message)
