@@ -154,7 +154,9 @@ facts:
     C(gpu) (as gpu_info returns it), C(host) (as host_info returns C(host)), C(network) (as nic_info returns
     C(network)), C(rdma) (the RDMA ports of /sys/class/infiniband: C(available), C(reason), C(interval_s) and
     C(ports), each with C(name), C(state), C(phys_state), C(rate_gbps), C(link_layer), C(netdevs), C(counters),
-    C(deltas) and C(saturated)).
+    C(deltas) and C(saturated)), C(gpudirect) (GPUDirect RDMA prerequisites where GPUs and RDMA devices share the
+    host: C(applies), C(reason), C(rdma_devices), C(peer_memory) (nvidia_peermem loaded, DMA-BUF), C(acs) (per GPU,
+    the bridges to its nearest RDMA NIC with their ACS Control register), C(iommu) and C(virtualization)).
   returned: when result is full (the default) and include_facts is true
   type: dict
 audit_json:
