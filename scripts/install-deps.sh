@@ -14,7 +14,7 @@ if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
 fi
 
 if [ "$profile" = test ]; then
-  # iperf3, iptables, libnetfilter-queue-dev: the emulated long link (bench/wanemu.c) of test_links.py
+  # iperf3, iptables, libnetfilter-queue-dev: the emulated long link (bench/wanemu.c) of test_links_measured.py
   for pkg in gcc make libc6-dev ethtool iproute2 openssh-client chromium fonts-dejavu-core dpkg-dev prometheus \
       iperf3 iptables libnetfilter-queue-dev; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || want+=("$pkg")

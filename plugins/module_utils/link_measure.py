@@ -167,10 +167,10 @@ class LinkEnd:
                                   % port, port=port)
         if self.module.check_mode:
             return {"pid": None, "port": port, "argv": argv}
-        with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
-            proc = subprocess.Popen(  # nosec B603  # argv list: timeout, iperf3 and numbers
-                argv, stdin=null_in, stdout=null_out, stderr=null_out, close_fds=True, start_new_session=True
-            )
+        null = subprocess.DEVNULL
+        proc = subprocess.Popen(  # nosec B603  # argv list: timeout, iperf3 and numbers
+            argv, stdin=null, stdout=null, stderr=null, close_fds=True, start_new_session=True
+        )
         deadline = time.monotonic() + START_WAIT_S
         while time.monotonic() < deadline:
             if listening(port):

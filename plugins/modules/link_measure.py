@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: link_measure
 short_description: One end of a measured long-haul link - an iperf3 server or client, bounded in time
-version_added: "0.3.0"
+version_added: "0.2.0"
 description:
   - Measures the throughput and TCP round-trip time of a link between two hosts with iperf3, one end per call, as
     C(gpufleet links) (C(playbooks/links.yml)) runs it for each declared site pair, one pair at a time.
