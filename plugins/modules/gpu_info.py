@@ -332,7 +332,7 @@ gpus:
 
 from ansible.module_utils.basic import AnsibleModule
 # First: every module_utils file below is then compiled once per run, not twice (zipimport_once.py says why).
-from ansible_collections.gpufleet.tuning.plugins.module_utils import zipimport_once  # noqa: F401
+from ansible_collections.gpufleet.tuning.plugins.module_utils import zipimport_once  # noqa: F401  # pylint: disable=unused-import
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 

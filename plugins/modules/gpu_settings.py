@@ -184,7 +184,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 # First: every module_utils file below is then compiled once per run, not twice (zipimport_once.py says why).
-from ansible_collections.gpufleet.tuning.plugins.module_utils import zipimport_once  # noqa: F401
+from ansible_collections.gpufleet.tuning.plugins.module_utils import zipimport_once  # noqa: F401  # pylint: disable=unused-import
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_boot_config as boot
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_settings as gs
 from ansible_collections.gpufleet.tuning.plugins.module_utils import nvml, rollback

@@ -113,7 +113,7 @@ links:
 
 from ansible.module_utils.basic import AnsibleModule
 # First: every module_utils file below is then compiled once per run, not twice (zipimport_once.py says why).
-from ansible_collections.gpufleet.tuning.plugins.module_utils import zipimport_once  # noqa: F401
+from ansible_collections.gpufleet.tuning.plugins.module_utils import zipimport_once  # noqa: F401  # pylint: disable=unused-import
 from ansible_collections.gpufleet.tuning.plugins.module_utils import audit_core, rules, targets
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, from_option
 
