@@ -59,13 +59,13 @@ COEX_CASES = {
     "host-wide": ("host-wide", ("A", "B", "own", "local"), "BBR host-wide: A, own and local are BBR, B cubic"),
     "per-route": ("per-route", ("A", "B", "own", "local"), "BBR per route to the long-haul peer: only A is BBR"),
     "follow": ("follow", ("A", "B", "own", "local"), "BBR following the routing table (scope follow): only A is BBR"),
-    # not a scope: what a pacing cap on the long-haul flow would do (SO_MAX_PACING_RATE, iperf3 --fq-rate, at
-    # --cap-share of the bottleneck), BBR per destination as in follow
-    "follow-capped": ("follow", ("A", "B", "own", "local"), "follow, the tuned flow paced at most at --cap-share"),
     # not in the default set: the two-flow view (the tuned flow and the neighbour only)
     "A+B": ("per-route", ("A", "B"), "the tuned long-haul flow and the stock neighbour only"),
     "A+own-host-wide": ("host-wide", ("A", "own"), "host-wide: the tuned flow and the host's own other flow"),
     "A+own-per-route": ("per-route", ("A", "own"), "per-route: the tuned flow and the host's own other flow"),
+    # not a scope: what a pacing cap on the long-haul flow would do (SO_MAX_PACING_RATE, iperf3 --fq-rate, at
+    # --cap-share of the bottleneck), BBR per destination as in follow
+    "follow-capped": ("follow", ("A", "B", "own", "local"), "follow, the tuned flow paced at most at --cap-share"),
 }
 COEX_DEFAULT_CASES = "B-alone,A-alone,both-cubic,host-wide,per-route,follow"
 COEX_CAPPED = ("follow-capped",)
