@@ -83,3 +83,10 @@ def test_an_audit_without_measurements_skips_saying_how_to_measure():
     del facts["link_measurements"]
     finding = rules.BY_ID["NET-LINK-001"].check(facts, policy.validate({}, known_rules=rules.BY_ID))
     assert finding["status"] == "skip" and "gpufleet links" in finding["message"]
+
+
+def test_unread_buffers_judge_nothing_below_the_threshold():
+    assert _assess(single_mbps=100.0, multi_mbps=180.0, sender_wmem_max=None, receiver_rmem_max=None)["verdict"] == (
+        "not measured"
+    )
+    assert _assess(multi_mbps=900.0, sender_wmem_max=None, receiver_rmem_max=None)["verdict"] == "ok"

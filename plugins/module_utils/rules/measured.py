@@ -65,19 +65,21 @@ def assess(measure, pol):
     if best >= floor:
         verdict = "ok"
         why = "%.0f of %.0f Mbit/s declared (at least %s %%)" % (best, declared_mbps, net["link_min_pct"])
-    elif limit is not None and limit < declared_mbps:
+    elif limit is None:
+        verdict, why = "not measured", "the hosts' TCP buffers (tcp_wmem, tcp_rmem) could not be read"
+    elif limit < declared_mbps:
         verdict, why = "host-limited (buffers)", (
-            "the window (%s bytes: sender tcp_wmem / receiver tcp_rmem max) allows %.0f Mbit/s over %s ms with %d "
+            "the window (%s bytes: sender tcp_wmem / receiver tcp_rmem max) allows %.0f Mbit/s over %.1f ms with %d "
             "streams, below the %.0f declared" % (window, limit, rtt, streams, declared_mbps))
     elif rtt >= net["long_link_rtt_ms"] and cc and cc != wanted:
         verdict, why = "host-limited (congestion control)", (
-            "%.0f of %.0f Mbit/s declared with the sender's %s on a %s ms path; the buffers allow %s Mbit/s (%s "
+            "%.0f of %.0f Mbit/s declared with the sender's %s on a %.1f ms path; the buffers allow %.0f Mbit/s (%s "
             "wanted: network.congestion_control)" % (best, declared_mbps, cc, rtt, limit, wanted))
     else:
         verdict, why = "path-limited", (
-            "%.0f of %.0f Mbit/s declared (under %s %%) while the hosts' buffers allow %s Mbit/s over %s ms and the "
-            "sender runs %s: the path or the provider limits it" % (best, declared_mbps, net["link_min_pct"],
-                                                                    limit, rtt, cc or "?"))
+            "%.0f of %.0f Mbit/s declared (under %s %%) while the hosts' buffers allow %.0f Mbit/s over %.1f ms "
+            "and the sender runs %s: the path or the provider limits it"
+            % (best, declared_mbps, net["link_min_pct"], limit, rtt, cc or "?"))
     out.update(verdict=verdict, why=why)
     return out
 
