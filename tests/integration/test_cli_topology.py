@@ -140,12 +140,17 @@ def test_a_host_that_cannot_be_read_exits_2_and_the_others_are_still_written(fle
         },
     )
     target = tmp_path / "gres.conf"
+    # Issue 29: the file held broken01's two GPUs; a run that cannot read broken01 keeps them and says so.
+    old = [f"NodeName=broken01 Name=gpu Type=a100 File=/dev/nvidia{i} Cores=0-15" for i in range(2)]
+    target.write_text("\n".join(["NodeName=hgx01 Name=gpu File=/dev/nvidia0", *old]) + "\n")
     proc = labkit.gpufleet("topology", "-i", str(broken), "--gres", str(target), timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "gpufleet: exit 2: no topology from 1 host(s): broken01" in proc.stderr
+    assert f"gpufleet: --gres: broken01: not read (failed): 2 previous line(s) kept in {target}" in proc.stderr
     sections = _sections(proc.stdout)
     assert sections["broken01"][0].startswith("failed: ")
-    assert [ln.split()[0] for ln in target.read_text().splitlines() if not ln.startswith("#")] == ["NodeName=hgx01"] * 8
+    lines = [ln for ln in target.read_text().splitlines() if not ln.startswith("#")]
+    assert lines[:2] == old and [ln.split()[0] for ln in lines[2:]] == ["NodeName=hgx01"] * 8
 
 
 def test_an_inventory_that_does_not_exist_is_a_usage_error(tmp_path):

@@ -317,11 +317,16 @@ def render_host(name: str, host: Any) -> str:
 # ------------------------------------------------------------------------------------------------ gres.conf
 
 
+def is_node_name(name: Any) -> bool:
+    """Whether ``name`` can follow ``NodeName=`` in gres.conf as it is (letters, digits, '.', '_', '-')."""
+    return bool(_NODE_NAME.fullmatch(str(name)))
+
+
 def gres_lines(name: str, topo: Any, warnings: list[str] | None = None) -> list[str]:
     """The host's gres.conf lines, each with ``NodeName=<name>`` first (the inventory's name). Raises GresError when
     the name is not a Slurm node name. A line of the host that is not one ``Name=gpu`` line of the keys in GRES_KEYS
     (gres_line_error) is dropped, with a warning naming the host and the line appended to ``warnings``."""
-    if not _NODE_NAME.fullmatch(str(name)):
+    if not is_node_name(name):
         raise GresError(f"{name!r}: not a node name gres.conf can carry (letters, digits, '.', '_', '-')")
     lines = []
     for line in _list(_dict(topo).get("gres")):
@@ -334,15 +339,27 @@ def gres_lines(name: str, topo: Any, warnings: list[str] | None = None) -> list[
     return lines
 
 
-def gres_fragment(hosts: dict[str, Any], generated: str = "", warnings: list[str] | None = None) -> str:
+def gres_fragment(
+    hosts: dict[str, Any],
+    generated: str = "",
+    warnings: list[str] | None = None,
+    kept: dict[str, tuple[list[str], str]] | None = None,
+) -> str:
     """The gres.conf fragment of ``hosts`` (name -> topology facts), hosts by name, one line per GPU. Hosts without
     GPUs or without topology, and hosts with dropped lines (each in ``warnings``), are named in a comment, not left
-    out silently."""
+    out silently. ``kept``: nodes not read in this run (name -> (their lines in the previous file, why not read)):
+    their old lines go in as they were, under a comment that says so."""
     out = [
         "# gres.conf fragment written by gpufleet topology" + (f" ({generated})" if generated else ""),
         "# One line per GPU (Links= needs a single File per line). Cores= are Slurm's core indexes; see gres.conf(5).",
     ]
-    for name in sorted(hosts):
+    kept = {name: entry for name, entry in (kept or {}).items() if name not in hosts}
+    for name in sorted(set(hosts) | set(kept)):
+        if name in kept:
+            old, why = kept[name]
+            out.append(f"# {clean(name)}: not read ({clean(why)}): {len(old)} line(s) kept from the previous file")
+            out.extend(old)
+            continue
         topo = _dict(hosts[name])
         mine: list[str] = []
         lines = gres_lines(name, topo, mine) if topo.get("available") else []

@@ -48,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="FILE|DIR",
         help="write the gres.conf fragment: to FILE (every host, NodeName= on each line), or to DIR/<host>"
         + GRES_SUFFIX
-        + " per host when DIR exists or ends with '/'",
+        + " per host when DIR exists or ends with '/'; the previous lines of a host not read (unreachable, failed, "
+        "outside --limit) are kept, never dropped",
     )
     parser.add_argument("--json", metavar="FILE", help="write each host's status and topology facts as JSON")
     parser.set_defaults(func=run)
@@ -75,10 +76,27 @@ def collect(result, host_names: list[str]) -> dict[str, dict[str, Any]]:
     return hosts
 
 
+def unread_why(hosts: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The hosts of ``collect`` without a topology, each with why in a few words (its status, or the module's
+    error when it answered without one)."""
+    why = {}
+    for name, host in hosts.items():
+        if host["status"] != "ok":
+            why[name] = host["status"]
+        elif not host["topology"].get("available"):
+            why[name] = "no topology: " + str(host["topology"].get("error") or "unavailable")[:80]
+    return why
+
+
+def _gres_dir(where: str) -> bool:
+    """--gres names a directory (one file per host): it exists or ends with '/'."""
+    return where.endswith(("/", "\\")) or Path(where).is_dir()
+
+
 def _gres_targets(where: str, hosts: dict[str, dict[str, Any]]) -> dict[Path, dict[str, Any]]:
     """Path -> the hosts whose lines go there: one file, or one per host under a directory."""
     path = Path(where)
-    if where.endswith(("/", "\\")) or path.is_dir():
+    if _gres_dir(where):
         return {path / f"{name}{GRES_SUFFIX}": {name: topo} for name, topo in hosts.items()}
     return {path: hosts}
 
@@ -89,15 +107,71 @@ def _gres_targets(where: str, hosts: dict[str, dict[str, Any]]) -> dict[Path, di
 SHARED_OK = True
 
 
-def write_gres(where: str, hosts: dict[str, dict[str, Any]], warnings: list[str] | None = None) -> list[Path]:
+def previous_gres(path: Path) -> tuple[dict[str, list[str]], list[str]]:
+    """The GPU lines of the gres file at ``path`` before this run: gpufleet's own (``NodeName=<node> Name=gpu ...``
+    of the shape view.gres_line_error accepts), by node, and the other lines that are not comments (whose node
+    cannot be told). No file: nothing."""
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import topology as view
+
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return {}, []
+    nodes: dict[str, list[str]] = {}
+    other = []
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        node, _, rest = line.partition(" ")
+        name = node[len("NodeName=") :] if node.startswith("NodeName=") else ""
+        if view.is_node_name(name) and view.gres_line_error(rest) is None:
+            nodes.setdefault(name, []).append(line)
+        else:
+            other.append(line)
+    return nodes, other
+
+
+def write_gres(
+    where: str,
+    hosts: dict[str, dict[str, Any]],
+    warnings: list[str] | None = None,
+    unread: dict[str, str] | None = None,
+    notes: list[str] | None = None,
+) -> list[Path]:
     """Write the fragment(s) atomically (a reader sees the old file or the new one). Every file's text is built
     before the first is written: a host whose name cannot go into gres.conf stops the write (GresError); a host's
-    line that is not what gpufleet's module writes is dropped and named in ``warnings``."""
+    line that is not what gpufleet's module writes is dropped and named in ``warnings``.
+
+    A file never loses the GPU lines of a node this run did not read: ``unread`` (name -> why) are the run's hosts
+    without topology, and a node of the previous file outside the run was not read either. Their previous lines
+    are kept as they were, each such node named in ``notes``; in a directory, an unread host's file is left alone.
+    A previous file with lines whose node cannot be told (not gpufleet's shape) is not rewritten while a host is
+    unread (GresError): dropping them could drop that host's GPUs."""
     from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
     from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import topology as view
 
+    unread = {name: why for name, why in (unread or {}).items() if name not in hosts}
+    notes = notes if notes is not None else []
+    if _gres_dir(where):  # an unread host's own file stays as it was; other hosts' files are not its business
+        for name in sorted(unread):
+            notes.append(f"{name}: not read ({unread[name]}): {Path(where) / (name + GRES_SUFFIX)} left as it was")
+        unread = {}
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    texts = {path: view.gres_fragment(group, stamp, warnings) for path, group in _gres_targets(where, hosts).items()}
+    texts = {}
+    for path, group in _gres_targets(where, hosts).items():
+        old, other = previous_gres(path)
+        if other and unread:
+            raise view.GresError(
+                f"{path} has {len(other)} line(s) not in gpufleet's NodeName= form (first: {other[0]!r}) and "
+                f"{len(unread)} host(s) were not read ({', '.join(sorted(unread))}): rewriting it could drop their "
+                "GPUs; move the file away or read every host"
+            )
+        kept = {}
+        for name in sorted((set(old) | set(unread)) - set(group)):
+            why = unread.get(name, "not in this run")
+            kept[name] = (old.get(name, []), why)
+            notes.append(f"{name}: not read ({why}): {len(kept[name][0])} previous line(s) kept in {path}")
+        texts[path] = view.gres_fragment(group, stamp, warnings, kept)
     for path, text in texts.items():
         write_atomic(str(path.resolve()), text, allow_shared=SHARED_OK)
     return sorted(texts)
@@ -114,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     hosts = collect(result, host_names)
     for i, name in enumerate(sorted(hosts)):
         print(("\n" if i else "") + view.render_host(name, hosts[name]))
-    read = {n: h["topology"] for n, h in hosts.items() if h["status"] == "ok"}
+    read = {n: h["topology"] for n, h in hosts.items() if h["status"] == "ok" and h["topology"].get("available")}
     code = exits.EXIT_OK
     if args.json:
         try:
@@ -126,9 +200,12 @@ def run(args: argparse.Namespace) -> int:
             code = exits.EXIT_USAGE
     if args.gres:
         warnings: list[str] = []
+        notes: list[str] = []
         try:
-            for path in write_gres(args.gres, read, warnings):
+            for path in write_gres(args.gres, read, warnings, unread_why(hosts), notes):
                 print(f"gpufleet: wrote {path}", file=sys.stderr)
+            for note in notes:
+                print(clean(f"gpufleet: --gres: {note}"), file=sys.stderr)
         except view.GresError as exc:
             print(clean(f"gpufleet: --gres {args.gres}: {exc}; nothing written"), file=sys.stderr)
             code = exits.EXIT_HOSTS
