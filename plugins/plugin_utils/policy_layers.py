@@ -65,11 +65,12 @@ def read_policy_file(path):
 def named_layers(values, read_file=read_policy_file):
     """``[(name, mapping)]`` of the host's policy layers, first to last, from its templated variables ``values``
     (LAYERS and FILE_VARIABLE): LAYERS with the policy file's layer (named ``gpufleet_policy_file``) before the
-    last one. A layer that is not set is ``{}``."""
+    last one. A layer that is not set is ``{}``; FILE_VARIABLE is a path, or the file's content (a mapping)."""
     out = [(name, values.get(name) if values.get(name) is not None else {}) for name in LAYERS]
     path = values.get(FILE_VARIABLE)
     if path is not None:
-        out.insert(len(LAYERS) - 1, (FILE_VARIABLE, read_file(path)))
+        # A mapping is the file's content, read on the controller: what gpufleet's workers ship to a region's node.
+        out.insert(len(LAYERS) - 1, (FILE_VARIABLE, path if isinstance(path, dict) else read_file(path)))
     return out
 
 

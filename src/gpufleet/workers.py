@@ -50,6 +50,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -344,6 +345,27 @@ def mentions_worker(inventory: list[str], limit_bytes: int = 50_000_000) -> bool
     return False
 
 
+def _ship_policy_file(kept: dict[str, Any], hostvars: Callable[[], dict[str, Any]], loader: Any, host: str) -> None:
+    """A policy file the inventory names (gpufleet_policy_file: a path on the controller) travels as its content,
+    read here: the node has no such file (plugin_utils/policy_layers.py takes either). ``hostvars``: the host's
+    variables to template the path with (inventory_dir included), asked for only when the variable is set."""
+    from ansible.template import Templar
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils import policy_layers
+
+    name = policy_layers.FILE_VARIABLE
+    if kept.get(name) is None or isinstance(kept[name], dict):
+        return
+    try:
+        values = hostvars()
+        path = Templar(loader=loader, variables=values).template(values[name])
+    except Exception as exc:  # an undefined variable or a template error in the inventory
+        raise UsageError(f"{host}: {name}: {exc}") from None
+    try:
+        kept[name] = policy_layers.read_policy_file(path)
+    except policy_layers.PolicyFileError as exc:
+        raise UsageError(f"{host}: {exc}") from None
+
+
 def plan(inventory: list[str], host_names: list[str], options: list[str]) -> Plan:
     """Assign each host: a ``--worker REGION=URL`` (REGION an inventory group or pattern; the first option that
     matches a host wins), else its ``gpufleet_worker`` inventory variable, else direct."""
@@ -420,6 +442,7 @@ def plan(inventory: list[str], host_names: list[str], options: list[str]) -> Pla
         else:
             result.by_worker.setdefault(worker, []).append(name)
             kept = {k: plain(hv[k], decrypter(name, k)) for k in names}
+            _ship_policy_file(kept, partial(variables.get_vars, host=host, include_hostvars=False), loader, name)
         result.hostvars[name] = kept
     return result
 

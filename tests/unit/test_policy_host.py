@@ -181,3 +181,23 @@ def test_the_clis_preflight_reads_the_inventorys_policy_file_before_any_host_is_
         assert message in str(exc.value), exc.value
     all_vars.write_text(yaml.safe_dump({"gpufleet_policy_file": str(team)}))
     assert preflight.inventory_hosts(str(inventory), None, {}, None) == ["fra-01"]
+
+
+def test_a_worker_job_carries_the_policy_files_content_not_its_path(tmp_path):
+    """The region's node has no copy of the controller's file: gpufleet_policy_file travels read (templated on the
+    controller), and the node's action plugin takes the mapping as the file's layer."""
+    from gpufleet import workers
+    from gpufleet.exits import UsageError
+
+    team = tmp_path / "policy.yml"
+    team.write_text("min_severity: low\n")
+    inv = tmp_path / "hosts.yml"
+    group = {"ansible_connection": "local", "gpufleet_policy_file": "{{ inventory_dir }}/policy.yml"}
+    inv.write_text(json.dumps({"all": {"children": {"eu": {"hosts": {"eu1": {}}, "vars": group}}}}))
+    shipped = workers.plan([str(inv)], ["eu1"], ["eu=ssh://exec-eu"]).hostvars["eu1"]
+    assert shipped["gpufleet_policy_file"] == {"min_severity": "low"}
+    named = policy_layers.named_layers(shipped, read_file=None)
+    assert ("gpufleet_policy_file", {"min_severity": "low"}) in named
+    team.write_text("min_severity: loud\n")
+    with pytest.raises(UsageError, match="eu1: gpufleet_policy_file .*policy.yml: policy.min_severity"):
+        workers.plan([str(inv)], ["eu1"], ["eu=ssh://exec-eu"])
