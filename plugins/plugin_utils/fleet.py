@@ -96,12 +96,30 @@ def host_site(host_vars: Any, overrides: dict | None = None) -> str | None:
     fails) ends the reading: the site is what the layers below it said; the audit judges the policy."""
     site = None
     for layer in policy.LAYERS:
+        if layer == policy.LAYERS[-1]:
+            site = _file_site(host_vars, site)  # the policy file's layer comes before the last one
         try:
             value = overrides if layer == policy.LAYERS[-1] and overrides is not None else host_vars.get(layer)
         except Exception:  # Ansible templating the layer failed (any of its errors)
             return site
         if isinstance(value, dict) and isinstance(value.get("site"), str) and value["site"]:
             site = value["site"]
+    return site
+
+
+def _file_site(host_vars: Any, site: str | None) -> str | None:
+    """The site the host's policy file (gpufleet_policy_file: a path, or its content) sets, else ``site``; a file
+    that cannot be read says nothing here (the audit reports it)."""
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils import policy_layers  # it imports this module
+
+    try:
+        value = host_vars.get(policy_layers.FILE_VARIABLE)
+        if isinstance(value, str):
+            value = policy_layers.read_policy_file(value)
+    except Exception:  # a template that fails, a file that cannot be used
+        return site
+    if isinstance(value, dict) and isinstance(value.get("site"), str) and value["site"]:
+        return value["site"]
     return site
 
 

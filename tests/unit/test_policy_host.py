@@ -201,3 +201,17 @@ def test_a_worker_job_carries_the_policy_files_content_not_its_path(tmp_path):
     team.write_text("min_severity: loud\n")
     with pytest.raises(UsageError, match="eu1: gpufleet_policy_file .*policy.yml: policy.min_severity"):
         workers.plan([str(inv)], ["eu1"], ["eu=ssh://exec-eu"])
+
+
+def test_a_host_not_audited_keeps_the_site_its_policy_file_sets(tmp_path):
+    """fleet.host_site (the site of a host without an audit result) reads the layers in the modules' order, the
+    policy file's before the last."""
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.fleet import host_site
+
+    team = tmp_path / "policy.yml"
+    team.write_text("site: eu_west\n")
+    layers = {"gpufleet_policy": {"site": "us_east"}, "gpufleet_policy_file": str(team)}
+    assert host_site(layers) == "eu_west"
+    assert host_site({**layers, "gpufleet_policy_file": {"site": "ap_southeast"}}) == "ap_southeast"  # a worker's
+    assert host_site(layers, overrides={"site": "us_west"}) == "us_west"  # --policy last
+    assert host_site({**layers, "gpufleet_policy_file": str(tmp_path / "missing.yml")}) == "us_east"
