@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: route_follow
 short_description: TCP congestion control to the long-haul peers' networks that follows the routing table
-version_added: "0.3.0"
+version_added: "0.2.0"
 description:
   - >-
     Connections to O(prefixes) use O(congestion_control) (per-route C(congctl), Linux 4.0) while every other
