@@ -27,7 +27,7 @@ SHIPPED_TOP = {
 REQUIRED = [
     "playbooks/audit.yml", "plugins/modules/audit.py", "plugins/action/audit_report.py",
     "plugins/plugin_utils/report/templates/report.html.j2", "meta/runtime.yml", "ansible.cfg", "bindep.txt",
-    "inventories/local/hosts.yml", "inventories/example/hosts.yml", "tests/sanity/ignore-2.19.txt",
+    "inventories/local/hosts.yml", "inventories/example/inventory/hosts.yml", "tests/sanity/ignore-2.19.txt",
     "playbooks/watch.yml", "roles/watch/tasks/main.yml", "plugins/modules/watch_install.py",
     "monitoring/prometheus/gpufleet-alerts.yml", "monitoring/grafana/gpufleet-dashboard.json",
     "plugins/strategy/linear.py",

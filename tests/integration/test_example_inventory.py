@@ -33,10 +33,11 @@ def demo_built(sim_lib):
 def test_example_layers_and_policy_file_through_the_cli(demo_built, tmp_path):
     fleet = tmp_path / "my-fleet"
     shutil.copytree(EXAMPLE, fleet)  # step 1 of the walkthrough: cp -r inventories/example my-fleet
-    (fleet / "hosts.yml").write_text(f"---\nall:\n  children:\n    us_east:\n      hosts:\n        {HOST}:\n")
+    hosts = f"---\nall:\n  children:\n    us_east:\n      hosts:\n        {HOST}:\n"
+    (fleet / "inventory" / "hosts.yml").write_text(hosts)
     out = tmp_path / "reports"
     proc = subprocess.run(
-        [sys.executable, "-m", "gpufleet.cli", "audit", "-i", str(DEMO), "-i", str(fleet / "hosts.yml"),
+        [sys.executable, "-m", "gpufleet.cli", "audit", "-i", str(DEMO), "-i", str(fleet / "inventory"),
          "--limit", HOST, "--policy", str(fleet / "policy.yml"), "--out", str(out)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

@@ -1,4 +1,5 @@
 import glob
+import json
 import os
 import re
 import subprocess
@@ -120,7 +121,7 @@ def test_example_policy_is_valid_for_every_host_of_the_example_inventory():
     merged = policy.validate(overrides, known_rules=rules.BY_ID)
     # Realistic, as the walkthrough says: links, a declared MTU per NIC, a severity floor, a pinned driver.
     assert merged["min_severity"] == "low" and merged["network"]["mtu"] and merged["software"]["driver_branch"]
-    hosts = preflight.inventory_hosts(str(EXAMPLE / "hosts.yml"), None, overrides, str(EXAMPLE / "policy.yml"))
+    hosts = preflight.inventory_hosts(str(EXAMPLE / "inventory"), None, overrides, str(EXAMPLE / "policy.yml"))
     assert len(hosts) == 5
 
     # policy.yml is merged last for every host: a key it shares with a region's layer would silently replace the
@@ -135,12 +136,39 @@ def test_example_policy_is_valid_for_every_host_of_the_example_inventory():
 
     fleet = set(leaves(overrides))
     caps = {}
-    for group_file in sorted((EXAMPLE / "group_vars").glob("*.yml")):
+    for group_file in sorted((EXAMPLE / "inventory" / "group_vars").glob("*.yml")):
         layer = yaml.safe_load(group_file.read_text()).get("gpufleet_policy_group") or {}
         shared = fleet & set(leaves(layer))
         assert not shared, f"policy.yml would override {group_file.name}'s {sorted(shared)}"
         caps[group_file.stem] = {k: v for k, v in (layer.get("power") or {}).items() if k in ("limit_w", "limit_pct")}
     assert caps["eu_west"] and caps["us_east"], "the example declares a power cap per group"
+
+
+def test_example_inventory_directory_is_read_by_ansible_without_warnings():
+    """`-i my-fleet/inventory` as Ansible reads a directory: every file in it is an inventory source (issue 29). The
+    team's policy.yml lives beside it, so nothing in it is parsed as inventory; every region declares its GPU count."""
+    import yaml
+
+    inventory = EXAMPLE / "inventory"
+    assert not (inventory / "policy.yml").exists() and (EXAMPLE / "policy.yml").is_file()
+    env = {**os.environ, "ANSIBLE_INVENTORY_UNPARSED_WARNING": "true", "ANSIBLE_NOCOLOR": "1"}
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(inventory), "--list"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "[WARNING]" not in proc.stderr, proc.stderr
+    listed = json.loads(proc.stdout)
+    regions = {"ap_southeast", "eu_west", "us_east"}
+    assert set(listed["all"]["children"]) >= regions
+    counts = {}
+    for region in sorted(regions):
+        layer = yaml.safe_load((inventory / "group_vars" / f"{region}.yml").read_text())["gpufleet_policy_group"]
+        counts[region] = (layer.get("health") or {}).get("expected_gpu_count")
+    assert all(isinstance(n, int) and n > 0 for n in counts.values()), counts
+    # hosts.yml and the README tell the same story: three regions on three continents
+    assert "three continents" in (inventory / "hosts.yml").read_text()
+    assert "three regions on three continents" in _walkthrough()
 
 
 def test_example_policy_errors_name_the_key():

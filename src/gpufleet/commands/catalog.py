@@ -38,8 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "gpufleet_policy_overrides; later wins), each key with the layer that set it. Reads the inventory only.",
         examples="""
   gpufleet policy | grep memory
-  gpufleet policy --host fra-h100-01 -i my-fleet/hosts.yml --policy my-fleet/policy.yml
-  gpufleet policy --host fra-h100-01 -i my-fleet/hosts.yml --json | jq '.keys["power.limit_pct"]'
+  gpufleet policy --host fra-h100-01 -i my-fleet/inventory --policy my-fleet/policy.yml
+  gpufleet policy --host fra-h100-01 -i my-fleet/inventory --json | jq '.keys["power.limit_pct"]'
 """,
         exit_codes=options.READ_ONLY_EXIT_CODES,
     )
