@@ -25,6 +25,7 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.ethtool import (
     Ethtool,
     drop_counters,
 )
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rdma
 from ansible_collections.gpufleet.tuning.plugins.module_utils.ifname import check_interface_name, interface_name_error
 
 # --- ethtool -S: drop counters, read twice -----------------------------------------------------
@@ -293,47 +294,6 @@ def read_tcp(fs):
     return tcp
 
 
-# --- /sys/class/infiniband ---------------------------------------------------------------------
-
-_RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
-
-
-def _strip_code(text):
-    """ "4: ACTIVE" -> "ACTIVE"."""
-    if text is None:
-        return None
-    value = text.strip()
-    match = re.match(r"^\d+:\s*(.*)$", value)
-    return (match.group(1) if match else value) or None
-
-
-def parse_ib_rate(text):
-    """ "400 Gb/sec (4X NDR)" -> 400.0; None when unparsable."""
-    match = _RATE_RE.match(text or "")
-    return float(match.group(1)) if match else None
-
-
-def read_infiniband(fs):
-    ports = []
-    for path in fs.glob("/sys/class/infiniband/*/ports/*"):
-        parts = path.split("/")
-        device, port = parts[-3], parts[-1]
-        if not port.isdigit():
-            continue
-        ports.append(
-            {
-                "device": device,
-                "port": int(port),
-                "state": _strip_code(fs.read(path + "/state")),
-                "phys_state": _strip_code(fs.read(path + "/phys_state")),
-                "rate_gbps": parse_ib_rate(fs.read(path + "/rate")),
-                "link_layer": (fs.read(path + "/link_layer") or "").strip() or None,
-            }
-        )
-    ports.sort(key=lambda p: (p["device"], p["port"]))
-    return ports
-
-
 # --- everything --------------------------------------------------------------------------------
 
 
@@ -358,4 +318,4 @@ def collect(fs, run, interfaces=None, ethtool="ethtool", ethtool_missing=None, s
     nics = [read_nic(fs, name, runner, ethtool_missing) for name in names]
     if stats_interval is not None:
         sample_drops(nics, runner, stats_interval, sleep=sleep)
-    return {"nics": nics, "tcp": read_tcp(fs), "infiniband": read_infiniband(fs), "peers": []}
+    return {"nics": nics, "tcp": read_tcp(fs), "infiniband": rdma.port_states(fs), "peers": []}

@@ -209,6 +209,28 @@ def _read_port(fs, device, port, device_netdevs):
     return out
 
 
+def port_states(fs):
+    """The ports' states and rates alone (no counters): [{device, port, state, phys_state, rate_gbps, link_layer}],
+    sorted; [] without /sys/class/infiniband. nic.collect's ``infiniband`` fact (the memlock rule's "are there RDMA
+    devices", the watch's baseline of ports) comes from here, so the tree is parsed one way."""
+    ports = []
+    for device in _names(fs, CLASS_DIR + "/*"):
+        for port in _names(fs, "%s/%s/ports/*" % (CLASS_DIR, device)):
+            if not port.isdigit():
+                continue
+            base = "%s/%s/ports/%s" % (CLASS_DIR, device, port)
+            ports.append({
+                "device": device,
+                "port": int(port),
+                "state": parse_state(fs.read(base + "/state", limit=256))[1],
+                "phys_state": parse_state(fs.read(base + "/phys_state", limit=256))[1],
+                "rate_gbps": parse_rate(fs.read(base + "/rate", limit=256))[0],
+                "link_layer": _text(fs.read(base + "/link_layer", limit=256)),
+            })
+    ports.sort(key=lambda p: (p["device"], p["port"]))
+    return ports
+
+
 def start(fs, clock=time.monotonic):
     """The first reading: {"available", "reason", "ports", "started"} (``started`` on ``clock``)."""
     if not fs.exists(CLASS_DIR):

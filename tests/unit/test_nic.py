@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import simulators
-from ansible_collections.gpufleet.tuning.plugins.module_utils import ethtool, nic
+from ansible_collections.gpufleet.tuning.plugins.module_utils import ethtool, nic, rdma
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 from ansible_collections.gpufleet.tuning.plugins.module_utils.ifname import (
     InvalidInterfaceName,
@@ -659,7 +659,8 @@ def test_unreadable_sysfs_file_is_a_reason(tmp_path):
     ],
 )
 def test_ib_rate(text, rate):
-    assert nic.parse_ib_rate(text) == rate
+    # nic.collect's infiniband fact is rdma.port_states: one parser of /sys/class/infiniband.
+    assert rdma.parse_rate(text)[0] == rate
 
 
 # --- fake-ethtool itself (the demo fleet relies on it) ---------------------------------------------
