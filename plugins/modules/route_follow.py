@@ -26,6 +26,9 @@ description:
     re-deriving the copies after every route or rule change and every 5 minutes - so a new gateway, a failover or a
     changed ECMP set reaches the peers' connections at once. When the service stops, C(route_follow.py clear)
     removes the rules and empties the table, and the peers' traffic follows the main table with the default.
+  - A network manager that removes rules and routes it does not own when it restarts (systemd-networkd's
+    C(ManageForeignRoutingPolicyRules) and C(ManageForeignRoutes)) gets them back from the service at once - the
+    removal is itself a route event.
   - A prefix the main table has no route for gets its rule only (lookups fall through to the main table), with a
     warning. Policy rules of the owner's with a priority below O(priority) that match the peers take precedence; the
     audit (NET-TCP-002 with scope follow) judges the route the kernel really uses (C(ip route get)).
