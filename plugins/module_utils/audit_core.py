@@ -130,7 +130,8 @@ def run(module, policy, root="/", gather=GATHER, interfaces=None, sample_seconds
             facts["topology"] = {"available": False, "error": "topology: %s: %s" % (type(exc).__name__, exc)}
         # GPUDirect RDMA prerequisites (peer memory, ACS on the GPU-NIC bridges, IOMMU) where RDMA devices exist.
         try:
-            facts["gpudirect"] = gpudirect.collect(fs, topo=facts["topology"])
+            facts["gpudirect"] = gpudirect.collect(fs, topo=facts["topology"],
+                                                   driver_version=(facts["gpu"].get("driver") or {}).get("version"))
         except Exception as exc:  # as above: reported, not fatal
             facts["gpudirect"] = {"applies": None, "reason": "gpudirect: %s: %s" % (type(exc).__name__, exc)}
 

@@ -109,13 +109,14 @@ def _kernel_tuple(release):
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def peer_memory(fs):
-    """{loaded: [names], installed: {name: bool|None}, dmabuf: {...}, available: bool|None}."""
+def peer_memory(fs, driver_version=None):
+    """{loaded: [names], installed: {name: bool|None}, dmabuf: {...}, available: bool|None}. The driver's version
+    comes from the kernel module (/proc/driver/nvidia/version), else ``driver_version`` (NVML's, from the audit)."""
     modules = loaded_modules(fs)
     loaded = [n for n in PEERMEM_MODULES if fs.exists("/sys/module/" + n) or (modules is not None and n in modules)]
     release = _text(fs, "/proc/sys/kernel/osrelease")
     kmod = software.kernel_module(fs)
-    version = kmod.get("version")
+    version = kmod.get("version") or driver_version
     branch = int(version.split(".")[0]) if version and version.split(".")[0].isdigit() else None
     kernel = _kernel_tuple(release)
     checks = {
@@ -267,11 +268,12 @@ def virtualization(fs):
     }
 
 
-def collect(fs, gpus=None, topo=None):
+def collect(fs, gpus=None, topo=None, driver_version=None):
     """The GPUDirect facts: {applies, reason, rdma_devices, gpus, peer_memory, acs, iommu, virtualization}.
 
     ``applies`` is False (and the rest is not read) where the host has no NVIDIA GPU or no RDMA device.
-    ``topo``: topology.collect's answer when the caller has it (the audit), else it is read here from ``gpus``.
+    ``topo``: topology.collect's answer when the caller has it (the audit), else it is read here from ``gpus``;
+    ``driver_version``: the driver version NVML reported, where the kernel module's file does not say it.
     """
     rdma = rdma_devices(fs)
     if topo is None:
@@ -290,7 +292,7 @@ def collect(fs, gpus=None, topo=None):
         return out
     out["applies"] = True
     out["virtualization"] = virtualization(fs)
-    out["peer_memory"] = peer_memory(fs)
+    out["peer_memory"] = peer_memory(fs, driver_version)
     out["acs"] = acs_paths(fs, topo, rdma)
     addresses = [g["bus_id"] for g in gpu_list if g.get("bus_id")] + [d["address"] for d in rdma if d["address"]]
     out["iommu"] = iommu(fs, addresses)

@@ -214,3 +214,14 @@ def test_rules_on_what_the_reader_read(base):
     # Not root: 64 bytes of config space - ACS is not judged "off".
     unread = _judge(host(base, acs_on=("0000:15:01.0",), config_size=64))
     assert unread["NET-GDR-002"]["status"] == "skip"
+
+
+def test_driver_version_from_nvml_where_the_module_file_does_not_say(base):
+    root = host(base, peermem=False, kernel="5.15.0-105-generic")
+    (root / "proc/driver/nvidia/version").unlink()
+    fs = HostFS(str(root))
+    unknown = gpudirect.peer_memory(fs)["dmabuf"]
+    assert unknown["driver_515"] is None and unknown["available"] is None
+    old = gpudirect.peer_memory(fs, driver_version="470.256.02")["dmabuf"]
+    assert old["driver_515"] is False and "driver_515" in old["missing"] and old["available"] is False
+    assert gpudirect.peer_memory(fs, driver_version="550.90.07")["dmabuf"]["driver_515"] is True
