@@ -28,12 +28,13 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils.nvml_session impor
 
 
 def load_record(module, directory, run_id):
-    """(run id, record) of ``run_id`` ('latest': the newest record in ``directory``); fails the module naming the
-    field when there is none or it is not JSON."""
+    """(run id, record) of ``run_id`` ('latest': the newest record in ``directory``; (None, None) when there is none:
+    nothing was remediated here, so there is nothing to restore); fails the module naming the field when a named
+    run has no record or a record is not JSON."""
     if run_id == "latest":
         run_id = rollback.latest(directory)
         if run_id is None:
-            module.fail_json(msg="rollback_dir: no rollback record in %s (nothing was remediated here)" % directory)
+            return None, None
     elif rollback.run_id_error(run_id):
         module.fail_json(msg="run_id: %r %s" % (run_id, rollback.run_id_error(run_id)))
     try:
@@ -46,12 +47,14 @@ def load_record(module, directory, run_id):
         module.fail_json(msg="run_id: record %s is not valid JSON: %s" % (run_id, exc))
 
 
-def restore(module, entries):
+def restore(module, entries, diffs=None):
     """Put ``entries`` back in their order (the caller gives them newest first): files, sysctl and sysfs values and
-    routes one by one, then the GPUs in one NVML session, then the NICs. Returns (restored, unchanged) descriptions."""
+    routes one by one, then the GPUs in one NVML session, then the NICs. Returns (restored, unchanged) descriptions.
+    ``diffs``: a list that gets, for each file, sysctl and sysfs entry that changes (or would), Ansible's diff dict
+    (before: the host's value now, after: the recorded one; both headers the entry's description)."""
     restored, unchanged = [], []
     for e in entries:
-        changed = _restore_entry(module, e)
+        changed = _restore_entry(module, e, diffs)
         if changed is not None:
             (restored if changed else unchanged).append(_describe(e))
     for kind, restore_kind in (("gpu", _restore_gpus_or_fail), ("nic", restore_nics)):
@@ -67,21 +70,21 @@ def mark_rolled_back(directory, run_id, data):
     write_atomic(rollback.path_for(directory, run_id), json.dumps(data, indent=2, sort_keys=True), mode=0o600)
 
 
-def _restore_entry(module, e):
+def _restore_entry(module, e, diffs=None):
     """True/False: a file, sysctl, sysfs or route entry was (would be) restored / already had its value; None for
     the kinds restored together (gpu, nic)."""
     if e["kind"] == "file":
-        return restore_file(module, e)
+        return restore_file(module, e, diffs)
     if e["kind"] == "sysctl":
         path = HostFS(e.get("root") or "/").path(sysctl.proc_path(e["key"]))
         if e["value"] is None:
             return False
         try:
-            return restore_value(module, path, e["value"])
+            return restore_value(module, path, e["value"], diffs, _describe(e))
         except (IOError, OSError) as exc:
             module.fail_json(msg="restoring %s failed: %s" % (e["key"], exc))
     if e["kind"] == "sysfs":
-        return restore_value(module, e["path"], e["value"])
+        return restore_value(module, e["path"], e["value"], diffs, _describe(e))
     if e["kind"] == "route":
         return restore_route(module, e)
     if e["kind"] == "route_table":
@@ -117,17 +120,25 @@ def _read_file(path):
         return None
 
 
-def restore_file(module, entry):
+def _add_diff(diffs, what, before, after):
+    if diffs is not None:
+        diffs.append({"before_header": what, "after_header": what, "before": before, "after": after})
+
+
+def restore_file(module, entry, diffs=None):
     path = entry["path"]
     if entry["content"] is None:
         # lexists: a link the run created goes even when its target is already gone; unlink removes the link itself.
         if not os.path.lexists(path):
             return False
+        _add_diff(diffs, _describe(entry), _read_file(path) or "", "")
         if not module.check_mode:
             os.unlink(path)
         return True
-    if _read_file(path) == entry["content"]:
+    current = _read_file(path)
+    if current == entry["content"]:
         return False
+    _add_diff(diffs, _describe(entry), current or "", entry["content"])
     if not module.check_mode:
         # The content was read through a link, so it goes back through it (the link stays a link).
         write_atomic(os.path.realpath(path), entry["content"])
@@ -201,10 +212,11 @@ def _shown(text):
     return sysctl.normalize(m.group(1) if m else text)
 
 
-def restore_value(module, path, value):
+def restore_value(module, path, value, diffs=None, what=None):
     current = _read_file(path)
     if current is not None and _shown(current) == sysctl.normalize(value):
         return False
+    _add_diff(diffs, what or path, (current or "").rstrip("\n") + "\n", str(value) + "\n")
     if not module.check_mode:
         with open(path, "w") as f:
             f.write(str(value) + "\n")

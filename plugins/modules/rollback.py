@@ -25,6 +25,8 @@ description:
     still have the gateway and device it gave them.
   - The routing table of M(gpufleet.tuning.route_follow) is emptied and its rules removed, after stopping
     C(gpufleet-route-follow.service) where systemd runs it.
+  - A host without any rollback record (never remediated) has nothing to restore; with O(run_id=latest) the task
+    succeeds, changes nothing and returns RV(nothing_to_restore). A named O(run_id) without a record fails.
   - Only what differs is changed, so a second rollback changes nothing. ECC and MIG modes go back to their prior
     pending mode and need a reboot, as when they were changed.
 author:
@@ -46,7 +48,15 @@ options:
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - gpufleet.tuning.attributes.recording
+  - gpufleet.tuning.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reports what would be restored (RV(restored)) and changes nothing, the record included.
+  diff_mode:
+    support: partial
+    details: The value now and the recorded one of each file, sysctl and sysfs entry restored; GPU, NIC and route
+      entries are named in RV(restored) without a diff.
 """
 
 EXAMPLES = r"""
@@ -62,9 +72,24 @@ EXAMPLES = r"""
 
 RETURN = r"""
 run_id:
-  description: The run that was rolled back.
+  description: The run that was rolled back; null when there was nothing to restore.
   returned: success
   type: str
+nothing_to_restore:
+  description:
+    - True when O(run_id=latest) and the host has no rollback record (no remediation run changed it): the task
+      succeeds and changes nothing.
+  returned: success
+  type: bool
+  version_added: 0.2.0
+diff:
+  description:
+    - In diff mode, for each file, sysctl and sysfs entry that is (or in check mode would be) restored, the host's
+      value now (C(before)) and the recorded one (C(after)), both headers the entry as in RV(restored).
+  returned: success, in diff mode
+  type: list
+  elements: dict
+  version_added: 0.2.0
 restored:
   description: What was (or in check mode would be) put back.
   returned: success
@@ -96,11 +121,20 @@ def main():
     )
     p = module.params
     run_id, data = rr.load_record(module, p["rollback_dir"], p["run_id"])
+    if data is None:  # run_id latest and no record: never remediated here
+        module.exit_json(
+            changed=False, run_id=None, restored=[], unchanged=[], nothing_to_restore=True,
+            msg="nothing to restore: no remediation run is recorded in %s" % p["rollback_dir"],
+        )  # fmt: skip
+    diffs = [] if module._diff else None
     # Newest change first: the record lists the changes in the order they were made.
-    restored, unchanged = rr.restore(module, list(reversed(data.get("entries") or [])))
+    restored, unchanged = rr.restore(module, list(reversed(data.get("entries") or [])), diffs)
     if restored and not module.check_mode:
         rr.mark_rolled_back(p["rollback_dir"], run_id, data)
-    module.exit_json(changed=bool(restored), run_id=run_id, restored=restored, unchanged=unchanged)
+    result = dict(changed=bool(restored), run_id=run_id, restored=restored, unchanged=unchanged)
+    if diffs is not None:
+        result["diff"] = diffs
+    module.exit_json(nothing_to_restore=False, **result)
 
 
 if __name__ == "__main__":

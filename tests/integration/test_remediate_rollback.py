@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import labkit
 import pytest
 import yaml
 
@@ -71,6 +72,27 @@ def test_remediate_then_rollback(tmp_path, profiles, sim_lib):
     assert ("gpu", "power_limit_w") in kinds and ("sysctl", "vm.swappiness") in kinds
     assert ("file", "60-gpufleet.conf") in kinds and ("file", "gpu-runtime.json") in kinds
     assert (tmp_path / "etc/gpu-runtime.json").exists()
+
+    # Issue 29: `gpufleet rollback --check --diff` lists, per host, each file and setting it would restore with its
+    # diff, and changes nothing; a host never remediated (no record) has nothing to restore: exit 0.
+    fresh = {**host, "gpufleet_rollback_dir": str(tmp_path / "fresh-rollback")}
+    (tmp_path / "both.yml").write_text(yaml.safe_dump({"all": {"hosts": {"h": host, "fresh": fresh}}}))
+    remediated = _snapshot(root, state)
+    proc = labkit.gpufleet("rollback", "-i", str(tmp_path / "both.yml"), "--check", "--diff", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout.splitlines()
+    assert out[0] == "fresh: nothing to restore (no remediation run is recorded on this host)"
+    assert out[1].startswith("h: run run-1: would restore ") and "  would restore: sysctl vm.swappiness" in out
+    swappiness = out.index("  would restore: sysctl vm.swappiness")
+    assert out[swappiness + 1 : swappiness + 6] == [
+        "    --- sysctl vm.swappiness (now)",
+        "    +++ sysctl vm.swappiness (restored)",
+        "    @@ -1 +1 @@",
+        "    -10",
+        "    +60",
+    ]
+    assert any(line.startswith("  would restore: file ") and line.endswith("gpu-runtime.json") for line in out)
+    assert _snapshot(root, state) == remediated and not (tmp_path / "fresh-rollback").exists()
 
     res = run_playbook(str(REPO / "playbooks" / "rollback.yml"), str(tmp_path / "hosts.yml"))
     assert res.hosts["h"].status == "ok", res.hosts["h"].message
