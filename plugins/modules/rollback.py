@@ -77,8 +77,8 @@ run_id:
   type: str
 nothing_to_restore:
   description:
-    - True when O(run_id=latest) and the host has no rollback record (no remediation run changed it): the task
-      succeeds and changes nothing.
+    - True when O(run_id=latest) and the host has no rollback record (no remediation run changed it); the task
+      then succeeds and changes nothing.
   returned: success
   type: bool
   version_added: 0.2.0
