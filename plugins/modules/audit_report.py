@@ -17,14 +17,16 @@ version_added: "0.1.0"
 description:
   - Collects every play host's registered M(gpufleet.tuning.audit) result (either shape of its C(result) option; a
     compact one's C(audit_json) is decoded once, here) and writes C(report.json),
-    C(report.html), C(junit.xml) and C(gpufleet.prom) to C(out_dir/<timestamp>/), pointing C(out_dir/latest) at it.
+    C(report.html), C(junit.xml) and C(gpufleet.prom) to C(out_dir/<timestamp>/), pointing C(out_dir/latest) at it
+    when the run is the complete view of the fleet (no C(--limit), no host left interrupted), else
+    C(out_dir/last-partial); C(latest) then stays on the last complete run, for scrapers and diffs.
   - Runs on the controller (use C(run_once) and C(delegate_to=localhost)); unreachable and failed hosts are
     reported as such.
 author:
   - gpufleet contributors (@gpufleet)
 options:
   out_dir:
-    description: Directory that receives one sub-directory per run and the C(latest) link.
+    description: Directory that receives one sub-directory per run and the C(latest) and C(last-partial) links.
     type: path
     required: true
   result_var:
@@ -79,7 +81,12 @@ verdict:
   type: dict
   sample: {code: 2, reason: "exit 2: 1 host not audited (unreachable: 1)", fail_on: none}
 report_dir: {description: The run's report directory., returned: success, type: str}
-files: {description: "Paths of report.json, report.html, junit.xml and gpufleet.prom.", returned: success, type: dict}
+files:
+  description: >-
+    Paths of report.json, report.html, junit.xml and gpufleet.prom, C(dir), and the link moved: C(latest) or
+    C(last-partial).
+  returned: success
+  type: dict
 summary: {description: Counts of hosts and findings., returned: success, type: dict}
 worst_severity: {description: "Worst severity among failing findings, or null.", returned: success, type: str}
 failing: {description: Host name to the rule ids that fail or warn., returned: success, type: dict}

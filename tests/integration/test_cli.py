@@ -60,7 +60,7 @@ def test_unreachable_and_failed_hosts_exit_2_and_are_reported(demo_built, tmp_pa
     finally:
         inventory.unlink()
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    report = json.loads((tmp_path / "latest" / "report.json").read_text())
+    report = json.loads((tmp_path / "last-partial" / "report.json").read_text())  # --limit: latest is not moved
     assert report["hosts"]["gone-01"]["status"] == "unreachable"
     assert report["hosts"]["broken-01"]["status"] == "failed"
     assert report["hosts"]["iad-h100-03"]["status"] == "ok"  # the others were still audited
@@ -123,7 +123,7 @@ def test_missing_inventory_and_unknown_limit(tmp_path):
 def test_report_diff(demo_built, tmp_path):
     out = tmp_path / "r"
     assert gpufleet("audit", "-i", str(DEMO), "--limit", "ap_southeast", "--out", str(out)).returncode == 0
-    old = json.loads((out / "latest" / "report.json").read_text())
+    old = json.loads((out / "last-partial" / "report.json").read_text())
     new = json.loads(json.dumps(old))
     # sg-h100-02's governor got fixed; sg-l40s-03 gained a finding.
     host = new["hosts"]["sg-h100-02"]
@@ -200,7 +200,7 @@ def test_audit_piped_into_head_ends_quietly(demo_built, tmp_path):
     proc = piped("head -n 0", tmp_path / "a")
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
     assert proc.returncode == 141, proc.stderr
-    assert (tmp_path / "a" / "latest" / "report.json").is_file()
+    assert (tmp_path / "a" / "last-partial" / "report.json").is_file()
     # head -2 may exit before or after the last line is written (a small report fits in the pipe): 141 or 1.
     proc = piped("head -2", tmp_path / "b")
     assert proc.stdout.count("\n") == 2

@@ -53,8 +53,8 @@ def _tcp_finding(report: dict) -> dict:
 def test_remediate_example_layout_fixes_tcp_buffers(example_layout):
     tmp, inventory, policy = example_layout
     proc, run = remediate(inventory, policy, tmp / "r", "--tags", "network")
-    before = json.loads((run / "before" / "latest" / "report.json").read_text())
-    after = json.loads((run / "after" / "latest" / "report.json").read_text())
+    before = json.loads((run / "before" / "last-partial" / "report.json").read_text())  # --limit HOST
+    after = json.loads((run / "after" / "last-partial" / "report.json").read_text())
     wanted = int(FACTOR * 220 / 1000 * 1e9 / 8)
     assert _tcp_finding(before)["status"] == "fail"
     assert _tcp_finding(before)["expected"]["tcp_rmem_max"] == f">= {wanted}"

@@ -48,12 +48,13 @@ def runs(tmp_path_factory, sim_lib):
         procs[name] = audit(inventory, tmp / name, policy, "--limit", limit)
     procs["rerun"] = audit(inventory, tmp / "rerun", policy, "--limit", RERUN)
     for name, proc in procs.items():
-        assert (tmp / name / "latest" / "report.json").is_file(), f"{name}: {proc.stdout}{proc.stderr}"
+        link = "latest" if name == "whole" else "last-partial"  # a --limit slice does not move latest
+        assert (tmp / name / link / "report.json").is_file(), f"{name}: {proc.stdout}{proc.stderr}"
     return tmp, inventory, policy, procs
 
 
-def _report(directory: Path) -> dict:
-    return json.loads((directory / "latest" / "report.json").read_text())
+def _report(directory: Path, link: str = "latest") -> dict:
+    return json.loads((directory / link / "report.json").read_text())
 
 
 def _judged(report: dict) -> dict:
@@ -88,7 +89,7 @@ def test_two_slices_merge_into_the_whole_fleet_audit(runs):
     assert merged["run"]["policy_sources"] == whole["run"]["policy_sources"]
     assert merged["run"]["limit"] == "ap_southeast:eu_west:us_east"
     inputs = merged["run"]["merged_from"]
-    assert [i["label"] for i in inputs] == [str(tmp / s / "latest" / "report.json") for s in SLICES]
+    assert [i["label"] for i in inputs] == [str(tmp / s / "last-partial" / "report.json") for s in SLICES]
     assert [i["hosts_kept"] for i in inputs] == [3, 5]
     # All four formats, as an audit writes them.
     run_dir = (tmp / "fleet" / "latest").resolve()
@@ -105,9 +106,9 @@ def test_a_host_audited_again_later_is_kept_once_from_the_later_run(runs):
         "report", "merge", str(tmp / "rerun"), str(tmp / "slice1"), str(tmp / "slice2"), "-o", str(out)
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    merged, rerun = _report(out), _report(tmp / "rerun")
-    rerun_label = str(tmp / "rerun" / "latest" / "report.json")
-    slice_label = str(tmp / "slice1" / "latest" / "report.json")
+    merged, rerun = _report(out), _report(tmp / "rerun", "last-partial")
+    rerun_label = str(tmp / "rerun" / "last-partial" / "report.json")
+    slice_label = str(tmp / "slice1" / "last-partial" / "report.json")
     assert merged["run"]["duplicates"] == {
         RERUN: {"kept": rerun_label, "dropped": [slice_label], "rule": merged["run"]["duplicates"][RERUN]["rule"]}
     }
@@ -122,9 +123,9 @@ def test_a_slice_audited_with_another_policy_file_is_refused(runs):
     other = tmp / "relaxed-policy.yml"
     other.write_text(yaml.safe_dump({"network": {"min_mtu": 1500}}))
     proc = audit(inventory, tmp / "relaxed", other, "--limit", "iad-h100-03")
-    assert (tmp / "relaxed" / "latest").is_symlink(), proc.stdout + proc.stderr
+    assert (tmp / "relaxed" / "last-partial").is_symlink(), proc.stdout + proc.stderr
     proc = labkit.gpufleet("report", "merge", str(tmp / "slice1"), str(tmp / "relaxed"), "-o", str(tmp / "no"))
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "cannot merge: the reports were judged by different policy files" in proc.stderr
-    assert f"{tmp / 'relaxed' / 'latest' / 'report.json'}: {other}" in proc.stderr
+    assert f"{tmp / 'relaxed' / 'last-partial' / 'report.json'}: {other}" in proc.stderr
     assert not (tmp / "no").exists()

@@ -170,17 +170,22 @@ def test_sigint_during_audit_writes_a_partial_report(tmp_path, fleet, sim_lib):
 
     assert rc == 130, run.text
     assert took < 20, f"{took:.0f} s from SIGINT to exit"
-    report = json.loads((out / "latest" / "report.json").read_text())
+    # issue 29: an interrupted run is written and listed, but latest (what scrapers and diffs read) is not moved
+    assert not (out / "latest").exists()
+    report = json.loads((out / "last-partial" / "report.json").read_text())
+    assert f"{out / 'last-partial'} now points at this run; {out / 'latest'} not created" in "".join(run.err)
     assert schema.validate(report) == []
     assert report["run"]["complete"] is False
     assert report["run"]["incomplete_reason"] == "interrupted by SIGINT after 4 of 5 host(s) answered"
     assert report["hosts"]["slow-01"]["status"] == "interrupted"
+    assert report["hosts"]["slow-01"]["site"] == "us_east"  # its site from the inventory's policy, templated
     assert _failing(report) == {**{n: simfleet.EXPECTED[n] for n in FAST}, "slow-01": []}
     assert all(report["hosts"][n]["status"] == "ok" for n in FAST)
-    run_dir = (out / "latest").resolve()
+    run_dir = (out / "last-partial").resolve()
     assert sorted(p.name for p in run_dir.iterdir()) == ["gpufleet.prom", "junit.xml", "report.html", "report.json"]
     assert {oct(p.stat().st_mode & 0o777) for p in run_dir.iterdir()} == {"0o640"}
     assert 'id="incomplete"' in (run_dir / "report.html").read_text()
+    assert "no site recorded" not in (run_dir / "report.html").read_text()  # slow-01 is listed under us_east
     assert "gpufleet_audit_complete 0" in (run_dir / "gpufleet.prom").read_text()
     assert "INCOMPLETE RUN" in "".join(run.out) and "NOT AUDITED (run interrupted)" in "".join(run.out)
     # the slow host's module never started, and nothing it started is left running

@@ -95,7 +95,7 @@ def test_the_watch_judges_by_the_audits_policy_and_a_policy_nothing_reads_is_an_
         str(tmp_path / "r"),
     )
     assert audit.returncode in (0, 1), audit.stdout[-2000:] + audit.stderr[-2000:]
-    report = json.loads((tmp_path / "r" / "latest" / "report.json").read_text())
+    report = json.loads((tmp_path / "r" / "last-partial" / "report.json").read_text())  # -l: latest not moved
 
     watch = _watch(inventories, tmp_path, {"gpufleet_policy_file": str(policy_file)})
     for name in HOSTS:

@@ -152,7 +152,7 @@ def test_lone_surrogate_is_kept_in_json(tmp_path, sample):
     assert "\ufffd" in paths["html"].read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("stamp", ["", ".", "..", "latest", ".hidden", "a/b", "../x"])
+@pytest.mark.parametrize("stamp", ["", ".", "..", "latest", "last-partial", ".hidden", "a/b", "../x"])
 def test_bad_stamps_are_refused(tmp_path, sample, stamp):
     with pytest.raises(ValueError, match="invalid report stamp"):
         writer.write_all(sample, tmp_path, stamp=stamp)
@@ -166,6 +166,72 @@ def test_latest_that_is_a_real_directory_is_not_clobbered(tmp_path, sample):
     with pytest.raises(writer.ReportDirError, match="latest exists and is not a symlink"):
         writer.write_all(sample, tmp_path, stamp="x")
     assert [p.name for p in tmp_path.iterdir()] == ["latest"]
+
+
+# ------------------------------------------------------------------------- latest: the fleet's complete view only
+# Issue 29: a --limit or interrupted run moved `latest`, so a scraper of latest/gpufleet.prom or a diff against
+# latest saw a part of the fleet as the fleet.
+
+
+def _partial(sample, **run):
+    report = json.loads(json.dumps(sample))
+    report["run"].update(run)
+    return report
+
+
+@pytest.mark.parametrize(
+    "run, why",
+    [
+        ({"limit": "eu_west"}, "--limit eu_west: a part of the inventory"),
+        ({"complete": False, "incomplete_reason": "interrupted by SIGINT"}, "the run did not finish"),
+    ],
+)
+def test_a_partial_run_is_written_but_latest_stays_on_the_complete_one(tmp_path, sample, run, why):
+    full = writer.write_all(sample, tmp_path, stamp="20261101T000000Z")
+    assert writer.full_view(sample) == (True, "a complete run of the whole inventory")
+    partial = _partial(sample, **run)
+    assert writer.full_view(partial)[0] is False and why in writer.full_view(partial)[1]
+    paths = writer.write_all(partial, tmp_path, stamp="20261102T000000Z")
+    assert "latest" not in paths and paths["last-partial"] == tmp_path / "last-partial"
+    assert os.readlink(tmp_path / "latest") == "20261101T000000Z"  # still the complete view
+    assert (tmp_path / "latest" / "report.json").resolve() == full["json"].resolve()
+    assert os.readlink(tmp_path / "last-partial") == "20261102T000000Z"
+    assert json.loads((tmp_path / "last-partial" / "report.json").read_text()) == partial
+    assert {p.name for p in tmp_path.iterdir()} == {"20261101T000000Z", "20261102T000000Z", "latest", "last-partial"}
+    # the next complete run moves latest again; last-partial keeps the partial run
+    writer.write_all(sample, tmp_path, stamp="20261103T000000Z")
+    assert os.readlink(tmp_path / "latest") == "20261103T000000Z"
+    assert os.readlink(tmp_path / "last-partial") == "20261102T000000Z"
+
+
+def test_a_first_run_that_is_partial_creates_no_latest(tmp_path, sample):
+    writer.write_all(_partial(sample, limit="iad-h100-03"), tmp_path, stamp="s")
+    assert not (tmp_path / "latest").exists() and os.readlink(tmp_path / "last-partial") == "s"
+
+
+def test_hosts_left_interrupted_make_the_run_partial_and_hosts_down_do_not(tmp_path, sample):
+    # unreachable and failed hosts of a finished run are the fleet's state (the sample has both): latest moves
+    assert {h["status"] for h in sample["hosts"].values()} >= {"unreachable", "failed"}
+    assert writer.full_view(sample)[0] is True
+    report = json.loads(json.dumps(sample))
+    report["hosts"]["sg-l40s-03"]["status"] = "interrupted"
+    assert writer.full_view(report) == (False, "1 host(s) not audited (interrupted)")
+    assert "last-partial" in writer.write_all(report, tmp_path, stamp="s")
+
+
+def test_a_merge_of_slices_is_the_fleet_view(tmp_path, sample):
+    """`gpufleet report merge` assembles the fleet from --limit slices: its union limit does not make it partial;
+    an unfinished slice does."""
+    merged = _partial(sample, limit="ap_southeast:eu_west:us_east", merged_from=[])
+    assert writer.full_view(merged)[0] is True
+    assert "latest" in writer.write_all(merged, tmp_path, stamp="s")
+    assert writer.full_view(_partial(merged, complete=False, incomplete_reason="slice1: interrupted"))[0] is False
+
+
+def test_last_partial_that_is_a_real_directory_is_not_clobbered(tmp_path, sample):
+    (tmp_path / "last-partial").mkdir()
+    with pytest.raises(writer.ReportDirError, match="last-partial exists and is not a symlink"):
+        writer.check_writable(tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------- check_writable

@@ -1,13 +1,21 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # Apache-2.0
-"""Write every report format for one run into ``<out_dir>/<stamp>/`` and point ``<out_dir>/latest`` at it.
+"""Write every report format for one run into ``<out_dir>/<stamp>/`` and point ``<out_dir>/latest`` at it when the
+run is the complete view of the fleet, else ``<out_dir>/last-partial``.
 
 Layout::
 
     out_dir/
       20261101T083127Z/      report.json  report.html  junit.xml  gpufleet.prom   (files 0640, dir 0750)
+      20261101T091500Z/      (a --limit run)
       latest -> 20261101T083127Z
+      last-partial -> 20261101T091500Z
+
+``latest`` is what a scraper of ``latest/gpufleet.prom`` or a diff against ``latest`` reads, so it moves only for
+a run of the whole inventory that finished (``full_view``): no ``--limit``, not interrupted, no host left
+``interrupted``. A host that was unreachable or timed out in such a run is part of the fleet's true state and is
+reported as down there. Any other run is written all the same and ``last-partial`` points at it.
 
 All formats are rendered before anything is written (a renderer error leaves no partial run); each file is
 written to a temp file in its final directory, fsynced, chmod 0640 and renamed into place; ``latest`` is
@@ -34,6 +42,8 @@ REPORT_MODE = 0o640  # reports map the fleet: not world-readable
 DIR_MODE = 0o750
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 LATEST = "latest"
+LAST_PARTIAL = "last-partial"
+LINKS = (LATEST, LAST_PARTIAL)
 FILES = {
     "json": "report.json",
     "html": "report.html",
@@ -78,10 +88,31 @@ def check_writable(out_dir: str | os.PathLike) -> Path:
             shutil.rmtree(probe, ignore_errors=True)
     except OSError as exc:
         raise ReportDirError(path, _reason(exc)) from exc
-    latest = path / LATEST
-    if latest.exists() and not latest.is_symlink():
-        raise ReportDirError(path, f"{latest} exists and is not a symlink (move it away)")
+    _check_links(path)
     return path
+
+
+def _check_links(out_dir: Path) -> None:
+    for name in LINKS:
+        link = out_dir / name
+        if link.exists() and not link.is_symlink():
+            raise ReportDirError(out_dir, f"{link} exists and is not a symlink (move it away)")
+
+
+def full_view(report: dict) -> tuple[bool, str]:
+    """``(True, why)`` when the report is the complete view of the fleet that ``latest`` stands for: the run
+    finished, had no ``--limit`` and left no host ``interrupted``; else ``(False, why not)``. A merge
+    (``run.merged_from``) assembles the fleet from its slices on purpose: their limits do not make it partial."""
+    run = report.get("run") if isinstance(report.get("run"), dict) else {}
+    hosts = report.get("hosts") if isinstance(report.get("hosts"), dict) else {}
+    if run.get("complete") is False:
+        return False, f"the run did not finish ({run.get('incomplete_reason') or 'interrupted'})"
+    if run.get("limit") and "merged_from" not in run:
+        return False, f"--limit {run['limit']}: a part of the inventory"
+    interrupted = [name for name, host in hosts.items() if (host or {}).get("status") == "interrupted"]
+    if interrupted:
+        return False, f"{len(interrupted)} host(s) not audited (interrupted)"
+    return True, "a complete run of the whole inventory"
 
 
 def json_layout(report: dict) -> dict[str, Any]:
@@ -158,7 +189,7 @@ def _fsync_dir(path: Path) -> None:
 def _check_stamp(stamp: str) -> str:
     if (
         not stamp
-        or stamp in (".", "..", LATEST)
+        or stamp in (".", "..", *LINKS)
         or stamp.startswith(".")
         or "/" in stamp
         or "\\" in stamp
@@ -186,12 +217,13 @@ def _make_run_dir(out_dir: Path, stamp: str) -> Path:
     raise FileExistsError(f"{out_dir / stamp} and {_MAX_SUFFIX - 1} suffixed variants already exist")
 
 
-def point_latest(out_dir: Path, target: str) -> Path:
-    """Atomically make ``out_dir/latest`` a relative symlink to ``target`` (a name inside ``out_dir``)."""
-    latest = out_dir / LATEST
+def point_latest(out_dir: Path, target: str, name: str = LATEST) -> Path:
+    """Atomically make ``out_dir/<name>`` (``latest`` or ``last-partial``) a relative symlink to ``target`` (a name
+    inside ``out_dir``)."""
+    latest = out_dir / name
     if latest.exists() and not latest.is_symlink():
         raise ReportDirError(out_dir, f"{latest} exists and is not a symlink (move it away)")
-    tmp = out_dir / f".{LATEST}.{os.getpid()}.{secrets.token_hex(4)}"
+    tmp = out_dir / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
     os.symlink(target, tmp)
     try:
         os.replace(tmp, latest)
@@ -207,19 +239,19 @@ def write_all(report: dict[str, Any], out_dir: str | os.PathLike, stamp: str | N
 
     ``stamp`` defaults to the current UTC time as ``%Y%m%dT%H%M%SZ``; if that directory exists, ``-1``, ``-2``, ...
     is appended. Returns the paths by format (``json``, ``html``, ``junit``, ``prometheus``) plus ``dir`` (the run
-    directory) and ``latest`` (the symlink, now pointing at ``dir``).
+    directory) and the symlink now pointing at ``dir``: ``latest`` when the run is the fleet's complete view
+    (``full_view``), else ``last-partial`` (``latest`` stays where it was).
     """
     out_dir = Path(out_dir).expanduser()
     stamp = _check_stamp(stamp if stamp is not None else datetime.now(timezone.utc).strftime(STAMP_FORMAT))
     data = _encode(report, render_all(report))
     out_dir.mkdir(parents=True, exist_ok=True)
-    latest = out_dir / LATEST
-    if latest.exists() and not latest.is_symlink():
-        raise ReportDirError(out_dir, f"{latest} exists and is not a symlink (move it away)")
+    _check_links(out_dir)
     run_dir = _make_run_dir(out_dir, stamp)
     paths: dict[str, Path] = {"dir": run_dir}
     for key, name in FILES.items():
         paths[key] = write_atomic(run_dir / name, data[key])
     _fsync_dir(run_dir)
-    paths["latest"] = point_latest(out_dir, run_dir.name)
+    link = LATEST if full_view(report)[0] else LAST_PARTIAL
+    paths[link] = point_latest(out_dir, run_dir.name, link)
     return paths

@@ -28,8 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "audit",
         help="audit every host (read-only) and write reports",
         description="Audit every host of the inventory against the rule catalog and the policy, changing nothing. "
-        "Writes report.json, report.html, JUnit XML and Prometheus metrics under --out/<run> (and --out/latest) "
-        "and prints a summary.",
+        "Writes report.json, report.html, JUnit XML and Prometheus metrics under --out/<run> and prints a summary. "
+        "--out/latest moves to the run only when it audited the whole inventory to the end (no --limit, not "
+        "interrupted); any other run is --out/last-partial.",
         examples="""
   gpufleet audit                                         # this machine (inventories/local)
   gpufleet audit -i inventories/prod -i inventories/lab -l gpu_a100 --policy site-policy.yml
@@ -103,9 +104,13 @@ def counts(res: dict[str, Any]) -> tuple[int, int]:
     return tuple(n if isinstance(n, int) and not isinstance(n, bool) else 0 for n in (fails, warns))
 
 
-def partial_report(args: argparse.Namespace, out: Path, result, host_names: list[str], started_at: str) -> dict:
+def partial_report(
+    args: argparse.Namespace, out: Path, result, host_names: list[str], started_at: str, overrides: dict | None = None
+) -> dict:
     """Write the report of an interrupted audit from the results that arrived (the playbook never got to write
-    one): hosts that answered as they answered, the others ``interrupted``; ``run.complete`` is false."""
+    one): hosts that answered as they answered, the others ``interrupted`` under their site from the inventory's
+    policy layers (and ``overrides``, the --policy layer); ``run.complete`` is false."""
+    from ansible_collections.gpufleet.tuning.plugins.module_utils import policy
     from ansible_collections.gpufleet.tuning.plugins.plugin_utils import fleet
     from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
 
@@ -114,6 +119,11 @@ def partial_report(args: argparse.Namespace, out: Path, result, host_names: list
         host = result.hosts.get(name)
         results[name] = host.actions.get(AUDIT_ACTION) if host is not None else None
     answered = sum(1 for r in results.values() if r is not None)
+    unanswered = [name for name, r in results.items() if r is None]
+    sites = {}
+    if unanswered:
+        layers = preflight.host_variables(args.inventory, args.limit, list(policy.LAYERS))
+        sites = {name: fleet.host_site(layers.get(name, {}), overrides) for name in unanswered}
     report = fleet.build_report(
         results,
         started_at=started_at,
@@ -122,10 +132,27 @@ def partial_report(args: argparse.Namespace, out: Path, result, host_names: list
         policy_sources=[str(Path(args.policy).resolve())] if args.policy else [],
         complete=False,
         incomplete_reason=f"interrupted by {result.interrupted} after {answered} of {len(results)} host(s) answered",
+        sites=sites,
     )
     files = writer.write_all(report, out)
     report["_files"] = {k: str(v) for k, v in files.items()}
     return report
+
+
+def link_note(report: dict[str, Any], out: Path) -> str:
+    """Which link of the report directory this run moved, and why: ``latest`` only for the fleet's complete view
+    (writer.full_view), else ``last-partial``, ``latest`` staying on the last complete run."""
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import writer
+
+    full, why = writer.full_view(report)
+    if full:
+        return f"gpufleet: {out / writer.LATEST} now points at this run ({why})"
+    kept = out / writer.LATEST
+    where = f"stays on {kept.resolve().name}" if kept.is_symlink() else "not created (no complete run yet)"
+    return clean(
+        f"gpufleet: {out / writer.LAST_PARTIAL} now points at this run; {kept} {where}: {why} "
+        "(latest moves only for a finished run of the whole inventory)"
+    )
 
 
 def _audit_extravars(args: argparse.Namespace, overrides: dict) -> dict:
@@ -170,7 +197,7 @@ def run_audit(
     if not written or "files" not in written:
         if result.interrupted:
             print(f"gpufleet: interrupted ({result.interrupted}): writing a partial report", file=sys.stderr)
-            return partial_report(args, out, result, host_names, started_at), result.interrupted
+            return partial_report(args, out, result, host_names, started_at, overrides), result.interrupted
         print(
             f"gpufleet: the run ended without a report (ansible-playbook status {result.status}, rc {result.rc})",
             file=sys.stderr,
@@ -279,6 +306,7 @@ def run(args: argparse.Namespace) -> int:
     print(terminal.render_terminal(report, color=options.use_color(sys.stdout)))
     for kind, path in sorted(files.items()):
         print(f"{kind:>10}: {path}")
+    print(link_note(report, out), file=sys.stderr)
     if interrupted:
         print(f"gpufleet: interrupted by {interrupted}; the report above is partial", file=sys.stderr)
         return exits.EXIT_INTERRUPTED

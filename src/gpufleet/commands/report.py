@@ -76,13 +76,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def report_file(path: str) -> Path:
     """``path`` itself, or the report.json of a run directory (``reports/<run>``, ``reports/latest``), or of the
-    latest run of a report directory (``reports``)."""
+    newest run of a report directory (``reports``: the newer of ``latest``, its last complete run, and
+    ``last-partial``, a --limit or interrupted run such as a slice's)."""
     p = Path(path)
     if p.is_dir():
-        for candidate in (p / "report.json", p / "latest" / "report.json"):
-            if candidate.is_file():
-                return candidate
-        raise exits.UsageError(f"{path}: a directory without a report.json (a run directory, or one with latest/)")
+        if (p / "report.json").is_file():
+            return p / "report.json"
+        runs = [p / link / "report.json" for link in ("latest", "last-partial")]
+        runs = [run for run in runs if run.is_file()]
+        if runs:
+            return max(runs, key=lambda run: run.stat().st_mtime)
+        raise exits.UsageError(
+            f"{path}: a directory without a report.json (a run directory, or one with latest/ or last-partial/)"
+        )
     return p
 
 
