@@ -33,6 +33,7 @@ def test_check_then_remediate_then_rollback(fleet):
     proc = labkit.gpufleet("remediate", "-i", str(inventory), "--limit", limit, "--check", "--out", str(tmp / "r"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert labkit.digest(tmp / "fleet") == before, "--check changed the simulated hosts"
+    assert "gpufleet rollback" not in proc.stdout + proc.stderr  # issue 29: --check changed nothing, no undo hint
     [check] = list((tmp / "r").glob("remediation-*/remediation.json"))
     summary = json.loads(check.read_text())
     assert summary["check"] is True

@@ -361,7 +361,7 @@ def run(args: argparse.Namespace) -> int:
         if summary.get("hosts"):
             print(render_remediation(summary))
         print(f"gpufleet: interrupted by {signame} during {stage}; partial report: {path}", file=sys.stderr)
-        if stage != "audit-before":
+        if stage != "audit-before" and not args.check:  # check mode changed nothing: nothing to undo
             undo = f"gpufleet rollback --run {run_id} {options.as_options(args.inventory)}"
             print(f"undo what changed: {undo}", file=sys.stderr)
         return exits.EXIT_INTERRUPTED
@@ -412,7 +412,11 @@ def run(args: argparse.Namespace) -> int:
     path = writer.write_atomic(out / "remediation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     print(render_remediation(summary))
     print_failed(failed)
-    print(f"before/after report: {path}  (undo: gpufleet rollback --run {run_id} {options.as_options(args.inventory)})")
+    if args.check:  # nothing changed, so there is nothing to undo
+        print(f"report: {path}")
+    else:
+        undo = f"gpufleet rollback --run {run_id} {options.as_options(args.inventory)}"
+        print(f"before/after report: {path}  (undo: {undo})")
     if failed or after is None and not args.check:
         return exits.EXIT_HOSTS
     return options.exit_with_reason(after, args.fail_on, "afterwards") if after else exits.EXIT_OK
