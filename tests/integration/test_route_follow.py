@@ -85,6 +85,17 @@ def test_follow_scope_follows_the_gateway_and_rolls_back(tmp_path, netns):  # no
     finding = host.run(audit_only=True).findings["NET-TCP-002"]
     assert finding["status"] == "fail" and PREFIX in finding["message"], finding
 
+    # Routes pinned by scope routes (their boot unit) would be copied as they are: refused until rolled back.
+    pinned = tmp_path / "systemd/gpufleet-route-congctl.service"
+    pinned.parent.mkdir(parents=True)
+    pinned.write_text(f"[Service]\nExecStart=/sbin/ip route replace {PREFIX} via 10.9.0.1 dev mg0 congctl bbr\n")
+    inventory = labkit.write_inventory(tmp_path, {"ns": host.vars})
+    refused = run_playbook(str(host.play), str(inventory), extravars={"audit_only": False}, check=True).hosts["ns"]
+    assert refused.status == "failed" and "pinned by scope routes" in refused.message, refused.message
+    assert "gpufleet rollback -l ns --run RUN" in refused.message
+    pinned.unlink()
+    pinned.parent.rmdir()
+
     host.run(check=True)
     assert TASK in host.changed
     assert ip(netns, "rule", "show") == rules_before and ours(netns) == ""
