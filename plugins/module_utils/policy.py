@@ -30,7 +30,7 @@ SPEC = {
     "sites": ({}, "dict",
               "Declared long-haul links per site: {SITE: {links: {PEER_SITE: {rtt_ms: 180, bandwidth_gbps: 1, "
               "prefixes: [CIDR, ...]}}}}; prefixes (optional) are the peer's networks, for per-route congestion "
-              "control (network.congestion_control_scope: routes)."),
+              "control (network.congestion_control_scope: routes or follow)."),
     "peers": ([], "list",
               "Measured links: [{site: us_east, host: 198.51.100.7, port: 22, bandwidth_gbps: 1}] - the audit "
               "times a TCP connect to each and uses the measured RTT instead of a declared one."),
