@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "/var/lib/gpufleet/rollback/<run id>.json).",
         examples="""
   gpufleet rollback -i inventories/prod --run 20261201T141330Z --check   # what would be restored
-  gpufleet rollback -i inventories/prod -l gpu01 --check --diff   # each file/setting, now and restored
+  gpufleet rollback -i inventories/prod -l gpu01 --check --diff   # each file/setting with a diff
   gpufleet rollback -i inventories/prod -l gpu01     # undo the newest run on gpu01
 """,
         exit_codes="0 restored (or nothing to restore), 2 a host failed or has no record of the run, 3 usage error, "
