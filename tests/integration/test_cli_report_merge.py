@@ -96,6 +96,7 @@ def test_two_slices_merge_into_the_whole_fleet_audit(runs):
     assert sorted(p.name for p in run_dir.iterdir()) == ["gpufleet.prom", "junit.xml", "report.html", "report.json"]
     assert "fra-h100-01" in (run_dir / "report.html").read_text()
     assert "exit 1: " in proc.stderr and "merged 2 report(s):" in proc.stdout
+    assert f"gpufleet: {tmp / 'fleet' / 'latest'} now points at this run (a merge of finished runs)" in proc.stderr
 
 
 def test_a_host_audited_again_later_is_kept_once_from_the_later_run(runs):

@@ -223,7 +223,7 @@ def test_a_merge_of_slices_is_the_fleet_view(tmp_path, sample):
     """`gpufleet report merge` assembles the fleet from --limit slices: its union limit does not make it partial;
     an unfinished slice does."""
     merged = _partial(sample, limit="ap_southeast:eu_west:us_east", merged_from=[])
-    assert writer.full_view(merged)[0] is True
+    assert writer.full_view(merged) == (True, "a merge of finished runs")
     assert "latest" in writer.write_all(merged, tmp_path, stamp="s")
     assert writer.full_view(_partial(merged, complete=False, incomplete_reason="slice1: interrupted"))[0] is False
 

@@ -112,6 +112,8 @@ def full_view(report: dict) -> tuple[bool, str]:
     interrupted = [name for name, host in hosts.items() if (host or {}).get("status") == "interrupted"]
     if interrupted:
         return False, f"{len(interrupted)} host(s) not audited (interrupted)"
+    if "merged_from" in run:
+        return True, "a merge of finished runs"
     return True, "a complete run of the whole inventory"
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet import exits, paths
-from gpufleet.commands import options
+from gpufleet.commands import audit, options
 from gpufleet.text import clean
 
 
@@ -159,6 +159,7 @@ def run_merge(args: argparse.Namespace) -> int:
     print(terminal.render_terminal(report, color=options.use_color(sys.stdout)))
     for kind, path in sorted(files.items()):
         print(f"{kind:>10}: {path}")
+    print(audit.link_note(report, Path(args.out).expanduser()), file=sys.stderr)
     print(f"merged {len(inputs)} report(s):")
     for line in merge.describe(report):
         print(f"  {clean(line)}")  # runs, inventories and hosts named in the inputs
