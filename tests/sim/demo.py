@@ -3,7 +3,9 @@
 
 Every host is a directory under build/demo/<host>/ holding:
   nvml.state   its GPUs (for the simulated libnvidia-ml.so.1, tests/sim/nvml)
-  root/        the /proc, /sys, /etc and /var/log files host and NIC facts are read from (tests/sim/host)
+  root/        the /proc, /sys, /etc and /var/log files host and NIC facts are read from (tests/sim/host), with the
+               PCIe tree `gpufleet topology` reads (tests/sim/host/pcitree.py server(): each GPU behind two PCIe
+               switch levels, each NIC on a root port, two sockets)
   ethtool/     recorded ethtool outputs per NIC (read by tests/fixtures/ethtool/fake-ethtool)
 
 Nothing outside build/demo is written: the audit is read-only and points at these files through inventory
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import sys
@@ -33,6 +36,7 @@ import simulators  # noqa: E402  (tests/simulators.py: the simulators loaded onc
 profiles = simulators.profiles()
 mkroot = simulators.mkroot()
 netroot = simulators.netroot()
+pcitree = simulators.pcitree()
 
 # Long-haul TCP as the network_tuning role leaves it: BBR, buffers for 2 x BDP, MTU probing, no idle restart.
 TUNED_TCP = {
@@ -175,6 +179,28 @@ def _driver_files(root: Path, driver_version: str, toolkits: list[str]) -> None:
         link.symlink_to(f"cuda-{toolkits[-1].rsplit('.', 1)[0]}")
 
 
+def _pci_tree(root: Path, state: dict[str, str], profile: str, count: int) -> None:
+    """The host's PCIe tree (pcitree.server) at the GPUs' NVML bus ids, and the NICs netroot wrote moved into it:
+    /sys/class/net/<name> becomes the link into the NIC's PCI function that Linux has, its device and driver links
+    point at that function."""
+    buses = [f"0000:{state[f'gpu.{g}.pci_bus_id'].split(':', 1)[1].lower()}" for g in range(count)]
+    pcitree.build(root, pcitree.server(profile, buses, NICS))
+    for name, _node, bdf in NICS:
+        function = (root / "sys/bus/pci/devices" / bdf).resolve()
+        netdir = root / "sys/class/net" / name
+        old = (netdir / "device").resolve()
+        (function / "net").mkdir(exist_ok=True)
+        shutil.move(str(netdir), str(function / "net" / name))
+        os.symlink(os.path.relpath(function / "net" / name, netdir.parent), netdir)
+        (function / "net" / name / "device").unlink()
+        os.symlink(f"../../../{bdf}", function / "net" / name / "device")
+        driver = os.readlink(old / "driver").rsplit("/", 1)[1]
+        os.symlink(os.path.relpath(root / "sys/bus/pci/drivers" / driver, function), function / "driver")
+        shutil.rmtree(old)
+        if not any(old.parent.iterdir()):
+            old.parent.rmdir()  # netroot's pci0000:00, now empty
+
+
 def build(out: Path) -> dict[str, Path]:
     out = out.resolve()
     if out.exists():
@@ -199,6 +225,7 @@ def build(out: Path) -> dict[str, Path]:
             ],
             tcp=spec.get("tcp", TUNED_TCP),
         )
+        _pci_tree(root, state, profile, count)
         _driver_files(root, state["driver_version"], spec.get("toolkits", ["12.4.1"]))
         _ethtool_dir(host_dir / "ethtool", spec.get("rings_tuned", True))
         built[name] = host_dir

@@ -65,7 +65,7 @@ CLASSES = {
     "bridge": "0x060400",
 }
 DEVICE_IDS = {"h100": "0x2330", "l40s": "0x26b9", "nvswitch": "0x22a3", "cx7": "0x1021", "cx7vf": "0x101e",
-              "rtx6000ada": "0x26b1"}  # fmt: skip
+              "rtx6000ada": "0x26b1", "a100": "0x20b2"}  # fmt: skip
 # The driver's "Model:" (/proc/driver/nvidia/gpus/<bdf>/information) where it is not "NVIDIA <model in capitals>".
 MODEL_NAMES = {"rtx6000ada": "NVIDIA RTX 6000 Ada Generation"}
 IB_RATE = {400000: "400 Gb/sec (4X NDR)", 200000: "200 Gb/sec (4X HDR)"}
@@ -260,6 +260,34 @@ def _threadripper_pro_wrx90() -> dict[str, Any]:
     }
 
 
+def server(model: str, buses: list[str], nics: list[tuple[str, int, str]] = ()) -> dict[str, Any]:
+    """A plain description (as ``platform`` and ``build`` take it) of a dual-socket server (2 x 56-core Xeon, SMT,
+    as mkroot.py's default CPUs): GPU i at ``buses[i]`` ("0000:18:00.0", NVML order) two PCIe switch levels below a
+    root port of a host bridge of its own, the first half of the GPUs on socket 0 (as the simulated NVML profiles
+    place them); ``nics``: (name, NUMA node, bdf) Ethernet functions, each on a root port of a host bridge of its
+    own, with no netdev or RDMA device written (the caller's network fixture, tests/sim/host/netroot.py, has them).
+    The demo fleet (tests/sim/demo.py) is built on it."""
+    bridges = []
+    for index, bdf in enumerate(buses):
+        bus = int(bdf.split(":")[1], 16)
+        hb = bus - 4
+        tree = _bridge(
+            f"0000:{hb:02x}:01.0",
+            _bridge(f"0000:{hb + 1:02x}:00.0", _bridge(f"0000:{hb + 2:02x}:00.0", _gpu(bdf, index, model))),
+        )
+        node = index * 2 // len(buses)
+        bridges.append({"name": f"pci0000:{hb:02x}", "node": node, "parent": "", "children": [tree]})
+    for _name, node, bdf in nics:
+        hb = int(bdf.split(":")[1], 16) - 1
+        port = _bridge(f"0000:{hb:02x}:01.0", _nic(bdf, None, None, "Ethernet", 0))
+        bridges.append({"name": f"pci0000:{hb:02x}", "node": node, "parent": "", "children": [port]})
+    return {
+        "description": f"dual-socket server, {len(buses)} x {model}",
+        "cpu": {"sockets": 2, "cores_per_socket": 56, "threads_per_core": 2},
+        "host_bridges": bridges,
+    }
+
+
 PLATFORMS = {
     "hgx_h100": _hgx_h100,
     "hgx_h100_shared": _hgx_h100_shared,
@@ -269,12 +297,17 @@ PLATFORMS = {
 }
 
 
-def platform(name: str) -> dict[str, Any]:
-    """A fresh copy of a platform's description, plus flat lists: gpus and nics (each with its bdf, node and
-    path - the bridges from the root port down, then itself)."""
-    if name not in PLATFORMS:
+def platform(name: str | dict[str, Any]) -> dict[str, Any]:
+    """A fresh copy of a platform's description (``name``: a PLATFORMS name, or a description such as ``server``
+    gives), plus flat lists: gpus and nics (each with its bdf, node and path - the bridges from the root port down,
+    then itself)."""
+    if isinstance(name, dict):
+        spec = copy.deepcopy(name)
+        name = spec["description"]
+    elif name not in PLATFORMS:
         raise ValueError(f"unknown platform {name!r} (known: {', '.join(PLATFORMS)})")
-    spec = copy.deepcopy(PLATFORMS[name]())
+    else:
+        spec = copy.deepcopy(PLATFORMS[name]())
     spec["name"] = name
     gpus, nics = [], []
 
@@ -394,7 +427,7 @@ def _write_device(w: _Writer, dev: dict[str, Any], parent: str, node: int, local
         _write_device(w, child, here, node, local, depth + 1)
 
 
-def build(root: str | os.PathLike, name: str = "hgx_h100") -> Path:
+def build(root: str | os.PathLike, name: str | dict[str, Any] = "hgx_h100") -> Path:
     """Write platform ``name``'s PCI tree, NICs, NUMA nodes and CPU topology under ``root`` (created if needed;
     files of other fixture builders there are kept). Returns the root."""
     spec = platform(name)
