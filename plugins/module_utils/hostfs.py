@@ -34,8 +34,7 @@ class HostFS:
         """Text of a file (its first ``limit`` bytes), or None when it does not exist or cannot be read.
 
         os.read in 64 KiB steps rather than a buffered file's ``read(limit)``, which allocates ``limit`` bytes (1 MiB
-        by default: an mmap and munmap) for every read; an audit reads ~1,600 one-line sysfs files, each 3x cheaper
-        this way (bench/module_profile.py)."""
+        by default: an mmap and munmap) for every read of what is mostly a one-line sysfs file."""
         try:
             fd = os.open(self.path(path), os.O_RDONLY | _CLOEXEC)
         except (IOError, OSError):

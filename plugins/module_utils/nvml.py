@@ -134,9 +134,9 @@ def binding_info(nv):
 
     nvidia-ml-py and nvidia-ml-py3 have no ``__version__``: the installed distribution that owns the module's file
     says; the pynvml package (11.x carries its own copy, 12.x/13.x wrap nvidia-ml-py) is found the same way. First
-    the wheels' ``*.dist-info`` beside the module (their RECORD lists the file): importing importlib.metadata and
-    parsing every candidate's RECORD cost an audit ~35 ms of its ~300 (bench/module_profile.py); then, for eggs and
-    distro packages, importlib.metadata. ``version`` is None when no distribution's record lists the file (e.g. a
+    the wheels' ``*.dist-info`` beside the module (their RECORD lists the file), which spares every audit the import
+    of importlib.metadata and the parsing of every candidate's RECORD; then, for eggs and distro packages,
+    importlib.metadata. ``version`` is None when no distribution's record lists the file (e.g. a
     copy on PYTHONPATH)."""
     path = os.path.realpath(getattr(nv, "__file__", "") or "")
     out = {"module": path or None, "distribution": None, "version": getattr(nv, "__version__", None)}

@@ -7,8 +7,8 @@ Ansible sends a module and its module_utils to the host as one zip (AnsiballZ) a
 zipimport, which keeps no bytecode: every run compiles every file it imports. CPython's zipimporter (3.10 to 3.13)
 compiles each file twice: importlib asks ``get_filename()`` for the module spec's origin, and zipimporter learns the
 file name by compiling the source (``_get_module_code``) and dropping the code object; ``exec_module`` then calls
-``get_code()``, which compiles it again. For the audit module that is ~190 compiles instead of ~95: 0.09 s of its
-0.43 s of CPU on every host, every run (Python 3.11, bench/module_profile.py).
+``get_code()``, which compiles it again: for the audit module, twice its ~95 files on every host, every run
+(what it costs: docs/benchmarks.md).
 
 ``install()`` keeps the code object ``get_filename()`` compiled and hands it to the ``get_code()`` of the same import.
 The code objects and file names are the ones zipimport makes; only the second compile is gone. Where zipimport lacks
