@@ -28,8 +28,9 @@ def failing_devices(items: Any) -> dict[str, str]:
     return out
 
 
-def focus(value: Any, failing: dict[str, str]) -> dict[str, Any] | None:
-    """A per-device value (a dict keyed by GPU index or NIC name) with the failing devices first.
+def focus(value: Any, failing: dict[str, str], fmt=None) -> dict[str, Any] | None:
+    """A per-device value (a dict keyed by GPU index or NIC name) with the failing devices first; ``fmt`` makes
+    each device's text (default: compact JSON).
 
     None when ``value`` is not keyed by the devices ``failing`` names. ``bad``: [{"label", "text"}], the failing
     devices with their values, devices with the same value in one entry (``GPUs 0\u20137``); ``others``: the keys
@@ -42,7 +43,7 @@ def focus(value: Any, failing: dict[str, str]) -> dict[str, Any] | None:
         return None
     groups: dict[tuple[str, str], list[str]] = {}
     for key, kind, v in bad:
-        groups.setdefault((kind, _compact(v)), []).append(key)
+        groups.setdefault((kind, (fmt or _compact)(v)), []).append(key)
     kinds = {entry[1] for entry in bad}
     kind = kinds.pop() if len(kinds) == 1 else ""
     others = [k for k in keys if k not in failing]

@@ -17,6 +17,7 @@ from ...module_utils.text import clean
 
 from . import schema
 from .devices import failing_devices, focus, others_text
+from .fleetview import host_order, message_text, rule_rollup, value_text
 
 CELL_WIDTH = 14  # "warn/crit (12)" and a space
 MAX_HOST_WIDTH = 40
@@ -66,17 +67,19 @@ class _Painter:
         return f"{code}{text}{_RESET}" if self.color and code else text
 
 
-def _cell_text(c: dict) -> tuple[str, str | None]:
+def _cell_text(c: dict, compact: bool = False) -> tuple[str, str | None]:
+    """A cell's text and colour; ``compact`` (a narrow terminal): ``CRIT 4``, ``w/med 2`` instead of ``CRIT (4)``,
+    ``warn/med (2)``."""
     state, sev, counts = c["state"], c["severity"], c["counts"]
     if state == "fail":
         text = _SHORT.get(sev, "FAIL")
         if counts["fail"] > 1:
-            text += f" ({counts['fail']})"
+            text += f" {counts['fail']}" if compact else f" ({counts['fail']})"
         return text, _SEVERITY_COLOR.get(sev)
     if state == "warn":
-        text = "warn/" + (_SHORT.get(sev, "?").lower())
+        text = ("w/" if compact else "warn/") + (_SHORT.get(sev, "?").lower())
         if counts["warn"] > 1:
-            text += f" ({counts['warn']})"
+            text += f" {counts['warn']}" if compact else f" ({counts['warn']})"
         return text, _SEVERITY_COLOR.get(sev, "").replace("1;", "") or None
     if state in schema.DOWN_STATUSES:
         return "--", "\x1b[2m"
@@ -127,73 +130,138 @@ def _wrap(text: str, width: int = VALUE_WIDTH, max_lines: int = MAX_VALUE_LINES)
     return lines
 
 
-def _values(f: dict, paint: _Painter) -> list[str]:
-    """observed \u2192 expected. A value keyed by the devices the finding's items name (GPU indexes, NIC names)
-    shows those devices first, marked, and counts the others; a long value wraps instead of being cut."""
+def _values(f: dict, paint: _Painter, width: int = VALUE_WIDTH) -> list[str]:
+    """observed \u2192 expected, in words (fleetview.value_text: no JSON, no Python lists). A value keyed by the
+    devices the finding's items name (GPU indexes, NIC names) shows those devices first, marked, and counts the
+    others; a long value wraps instead of being cut."""
     failing = failing_devices(f.get("items"))
-    seen = focus(f.get("observed"), failing)
-    wanted = focus(f.get("expected"), failing)
-    observed = clean(schema.format_value(f.get("observed")))
-    expected = clean(schema.format_value(f.get("expected")))
+    seen = focus(f.get("observed"), failing, fmt=value_text)
+    wanted = focus(f.get("expected"), failing, fmt=value_text)
+    observed = clean(value_text(f.get("observed")))
+    expected = clean(value_text(f.get("expected")))
     if seen is None:
-        if wanted is None and len(observed) + len(expected) + 3 <= VALUE_WIDTH:
+        if wanted is None and len(observed) + len(expected) + 3 <= width:
             return [f"{observed} \u2192 {expected}"]
-        lines = _wrap(observed)
+        lines = _wrap(observed, width)
     else:
         lines = []
         for b in seen["bad"]:
             label = clean(b["label"])
-            first, *more = _wrap(f"{label}: {clean(b['text'])}")
+            first, *more = _wrap(f"{label}: {clean(b['text'])}", width)
             lines.append(paint(label, _BAD) + first[len(label) :])
             lines.extend("  " + m for m in more)
         if seen["others"]:
-            lines.append(f"({clean(others_text(seen))})")
+            lines.extend(_wrap(f"({clean(others_text(seen))})", width))
     if wanted is not None:
         for b in wanted["bad"]:
-            first, *more = _wrap(f"\u2192 {clean(b['label'])}: {clean(b['text'])}")
+            first, *more = _wrap(f"\u2192 {clean(b['label'])}: {clean(b['text'])}", width)
             lines.append(first)
             lines.extend("  " + m for m in more)
         return lines
-    first, *more = _wrap(f"\u2192 {expected}")
+    first, *more = _wrap(f"\u2192 {expected}", width)
     return lines + [first] + ["  " + m for m in more]
 
 
-def render_terminal(report: dict, color: bool = False) -> str:
-    """The report as text for a terminal (ANSI colours if ``color``); ends with a newline."""
-    paint = _Painter(color)
-    run = report.get("run") if isinstance(report.get("run"), dict) else {}
-    hosts = report.get("hosts") if isinstance(report.get("hosts"), dict) else {}
-    names = sorted(hosts)
-    out: list[str] = []
-
-    head = ["gpufleet audit"]
-    for key, label in (("id", "run"), ("finished_at", "finished"), ("inventory", "inventory"), ("limit", "limit")):
-        if run.get(key):
-            head.append(f"{label} {clean(run[key])}")
-    out.append("  ".join(head))
-    for w in run.get("workers") if isinstance(run.get("workers"), list) else []:
-        if isinstance(w, dict):
-            line = f"worker {clean(w.get('region'))} via {clean(w.get('url'))}: {clean(w.get('hosts'))} hosts"
-            line += f", {clean(w.get('status'))}"
-            out.append(line + (f" ({clean(w['error'])})" if w.get("error") else ""))
-    if run.get("complete") is False:
-        out.append(
-            paint(
-                "INCOMPLETE RUN: the audit was interrupted or partial; results below are not the whole fleet.",
-                "\x1b[1;33m",
-            )
-        )
-        if run.get("incomplete_reason"):
-            out.append(paint(f"  ({clean(run['incomplete_reason'])})", "\x1b[1;33m"))
-    out.append("")
-
-    host_w = min(max([4] + [len(clean(n)) for n in names]), MAX_HOST_WIDTH)
-    status_w = len("unreachable")
-    header = f"{'HOST':<{host_w}}  {'STATUS':<{status_w}}  " + "".join(
-        f"{a.upper():<{CELL_WIDTH}}" for a in schema.AREAS
+def _lines(text: str, width: int | None, indent: str = "", rest: str | None = None) -> list[str]:
+    """``text`` (cleaned, no colour) after ``indent``, wrapped to ``width`` with ``rest`` (default: ``indent``
+    and two spaces) before the next lines; one line when ``width`` is None (no terminal width to fit)."""
+    if width is None:
+        return [indent + text]
+    rest = indent + "  " if rest is None else rest
+    wrapper = textwrap.TextWrapper(
+        width=max(width, len(rest) + 10),
+        initial_indent=indent,
+        subsequent_indent=rest,
+        break_long_words=True,
+        break_on_hyphens=False,
     )
-    out.append(header.rstrip())
-    out.append("-" * len(header.rstrip()))
+    return wrapper.wrap(text) or [indent]
+
+
+def _host_list(names: list[str], room: int) -> str:
+    """``a, b, c, +5``: as many names as fit in ``room`` characters (at least one), the rest counted."""
+    shown: list[str] = []
+    for i, name in enumerate(names):
+        left = len(names) - i - 1
+        if shown and len(", ".join([*shown, name]) + (f", +{left}" if left else "")) > room:
+            break
+        shown.append(name)
+    left = len(names) - len(shown)
+    return ", ".join(shown) + (f", +{left}" if left else "")
+
+
+_VERBS = (("fail", "fails on"), ("warn", "warns on"), ("error", "could not be checked on"))
+RULE_INDENT = " " * 5  # under "CRIT "
+
+
+def _rollup(report: dict, paint: _Painter, width: int | None) -> tuple[list[str], dict[str, str]]:
+    """The rules that fail, warn or error, worst first, each once: the hosts it fails on (``GPU-PWR-002 fails on 8
+    of 60 hosts: a, b, c, +5``), its title and area, fix and sources. Also each rule's fix text, so that a host's
+    card says a fix only where it differs."""
+    rules = rule_rollup(report)
+    fixes: dict[str, str] = {}
+    if not rules:
+        return [], fixes
+    room = width or 100
+    out = ["", paint("RULES", "\x1b[1m") + " (worst first; a rule's text once here, each host's values below)"]
+    for r in rules:
+        rule = clean(r["rule"])
+        sev = _SHORT.get(r["severity"], clean(r["severity"]).upper() or "?")
+        head = f"{sev:<4} {rule:<12} "
+        first = True
+        for key, verb in _VERBS:
+            if not r[key]:
+                continue
+            of = f"{r['checked']} host" + ("s" if r["checked"] != 1 else "")
+            prefix = (head if first else RULE_INDENT) + f"{verb} {len(r[key])} of {of}: "
+            line = prefix + _host_list([clean(n) for n in r[key]], room - len(prefix))
+            if first:
+                code = _SEVERITY_COLOR.get(r["severity"]) if key == "fail" else _STATE_COLOR.get(key)
+                line = paint(f"{sev:<4}", code) + line[4:]
+            out.append(line)
+            first = False
+        title = clean(r["title"]) + (f" ({clean(r['area'])})" if r.get("area") else "")
+        out.extend(_lines(title, width, RULE_INDENT))
+        fix = clean(schema.format_fix(r.get("fix")))
+        fixes[str(r["rule"])] = fix
+        if fix:
+            out.extend(_lines(f"fix: {fix}", width, RULE_INDENT))
+        for ref in r["references"]:
+            if isinstance(ref, dict):
+                out.extend(_lines(f"source: {clean(ref.get('title'))}", width, RULE_INDENT))
+                out.append(f"{RULE_INDENT}  {clean(ref.get('url'))}")  # a URL is never broken: it would not open
+    return out, fixes
+
+
+def _matrix_widths(names: list[str], hosts: dict, width: int | None) -> tuple[int, int, int]:
+    """(host column, status column, area cell) widths: the full layout, or, for a terminal ``width`` narrower
+    than it, cells down to 9 columns, then the status to 7, then the host names cut (\u2026) to fit."""
+    host_w = min(max([4] + [len(clean(n)) for n in names]), MAX_HOST_WIDTH)
+    statuses = [clean(h.get("status") or "?") for h in hosts.values() if isinstance(h, dict)]
+    status_w = max([len("STATUS")] + [len(st) for st in statuses])
+    cell_w = CELL_WIDTH
+    if width is None:
+        return host_w, status_w, cell_w
+
+    def total() -> int:
+        return host_w + 2 + status_w + 2 + len(schema.AREAS) * cell_w
+
+    if total() > width:
+        cell_w = max(9, (width - host_w - status_w - 4) // len(schema.AREAS))
+    if total() > width:
+        status_w = min(status_w, 7)
+    if total() > width:
+        host_w = max(8, width - status_w - 4 - len(schema.AREAS) * cell_w)
+    return host_w, status_w, cell_w
+
+
+def _matrix(names: list[str], hosts: dict, paint: _Painter, width: int | None) -> list[str]:
+    host_w, status_w, cell_w = _matrix_widths(names, hosts, width)
+    compact = cell_w < CELL_WIDTH
+    header = f"{'HOST':<{host_w}}  {'STATUS':<{status_w}}  " + "".join(
+        f"{_fit(a.upper(), cell_w - 1):<{cell_w}}" for a in schema.AREAS
+    )
+    out = [header.rstrip(), "-" * len(header.rstrip())]
     for name in names:
         host = hosts[name] if isinstance(hosts[name], dict) else {}
         status = str(host.get("status") or "?")
@@ -202,12 +270,89 @@ def render_terminal(report: dict, color: bool = False) -> str:
         row += "  "
         cells = []
         for area in schema.AREAS:
-            text, code = _cell_text(schema.cell(host, area))
-            text = _fit(text, CELL_WIDTH - 1)
-            cells.append(paint(text, code) + " " * (CELL_WIDTH - len(text)))
+            text, code = _cell_text(schema.cell(host, area), compact)
+            text = _fit(text, cell_w - 1)
+            cells.append(paint(text, code) + " " * (cell_w - len(text)))
         out.append((row + "".join(cells)).rstrip())
     if not names:
         out.append("(no hosts)")
+    return out
+
+
+def _head(report: dict, paint: _Painter, width: int | None) -> list[str]:
+    run = report.get("run") if isinstance(report.get("run"), dict) else {}
+    head = ["gpufleet audit"]
+    for key, label in (("id", "run"), ("finished_at", "finished"), ("inventory", "inventory"), ("limit", "limit")):
+        if run.get(key):
+            head.append(f"{label} {clean(run[key])}")
+    out = ["  ".join(head)] if width is None else _pack(head, width)
+    for w in run.get("workers") if isinstance(run.get("workers"), list) else []:
+        if isinstance(w, dict):
+            line = f"worker {clean(w.get('region'))} via {clean(w.get('url'))}: {clean(w.get('hosts'))} hosts"
+            line += f", {clean(w.get('status'))}"
+            out.extend(_lines(line + (f" ({clean(w['error'])})" if w.get("error") else ""), width))
+    if run.get("complete") is False:
+        banner = "INCOMPLETE RUN: the audit was interrupted or partial; results below are not the whole fleet."
+        out.extend(paint(line, "\x1b[1;33m") for line in _lines(banner, width))
+        if run.get("incomplete_reason"):
+            reason = f"({clean(run['incomplete_reason'])})"
+            out.extend(paint(line, "\x1b[1;33m") for line in _lines(reason, width, "  "))
+    return out
+
+
+def _pack(parts: list[str], width: int) -> list[str]:
+    """``parts`` two spaces apart, as many on a line as fit ``width``; a part too long for a line wraps."""
+    out: list[str] = []
+    line = ""
+    for part in parts:
+        if line and len(line) + 2 + len(part) <= width:
+            line += "  " + part
+            continue
+        if line:
+            out.append(line)
+        *full, line = _lines(part, width, "" if not out and not line else "  ")
+        out.extend(full)
+    return out + [line]
+
+
+def _totals(hosts: dict, paint: _Painter, width: int | None) -> list[str]:
+    s = schema.summarize(hosts)
+    h, fs = s["hosts"], s["findings"]
+    line = f"hosts: {h['total']} ({h['ok']} ok, {h['failed']} failed, {h['unreachable']} unreachable"
+    for key, label in (("timeout", "timed out"), ("interrupted", "not audited (interrupted)")):
+        if h.get(key):
+            line += f", {h[key]} {label}"
+    out = _lines(line + ")", width)
+    sev_text = ", ".join(
+        paint(f"{n} {sev}", _SEVERITY_COLOR[sev] if n else None) for sev, n in fs["by_severity"].items()
+    )
+    out.append(f"findings: {sum(fs['by_severity'].values())} ({sev_text})")
+    out.extend(_lines("checks: " + ", ".join(f"{n} {st}" for st, n in fs["by_status"].items()), width))
+    return out
+
+
+def render_summary(report: dict, color: bool = False, width: int | None = None) -> str:
+    """The report's totals alone (hosts, findings, checks), for `gpufleet audit --quiet`; ends with a newline."""
+    hosts = report.get("hosts") if isinstance(report.get("hosts"), dict) else {}
+    return "\n".join(_totals(hosts, _Painter(color), width)) + "\n"
+
+
+def render_terminal(report: dict, color: bool = False, width: int | None = None) -> str:
+    """The report as text for a terminal (ANSI colours if ``color``); ends with a newline.
+
+    The header; the matrix, hosts worst first (fleetview.host_order); the rules that fail, each once with the
+    hosts it fails on, its text, fix and sources; a card per host with something to say, in the matrix's order;
+    the totals. With ``width`` (a terminal's columns) every part fits it: the matrix narrows, texts wrap (a URL
+    alone on its line is never broken); without, the full layout."""
+    paint = _Painter(color)
+    hosts = report.get("hosts") if isinstance(report.get("hosts"), dict) else {}
+    names = host_order(hosts)
+    value_w = VALUE_WIDTH if width is None else max(20, min(VALUE_WIDTH, width - 13))
+    out: list[str] = _head(report, paint, width)
+    out.append("")
+    out.extend(_matrix(names, hosts, paint, width))
+    rollup, fixes = _rollup(report, paint, width)
+    out.extend(rollup)
 
     for name in names:
         host = hosts[name] if isinstance(hosts[name], dict) else {}
@@ -220,45 +365,34 @@ def render_terminal(report: dict, color: bool = False) -> str:
         if status == "ok" and not shown and not _no_driver(host) and not host.get("message"):
             continue  # nothing to say (a host without a usable NVIDIA driver is always listed, with the reason)
         out.append("")
-        line = paint(clean(name), "\x1b[1m")
         info = _gpu_line(host)
-        if info:
-            line += f"  ({clean(info)})"
-        out.append(line)
+        heading = _lines(clean(name) + (f"  ({clean(info)})" if info else ""), width)
+        out.append(paint(clean(name), "\x1b[1m") + heading[0][len(clean(name)) :])
+        out.extend(heading[1:])
         if status != "ok":
             label = _DOWN_LABELS.get(str(status), "AUDIT FAILED")
-            out.append(
-                "  " + paint(label, _STATE_COLOR.get(str(status))) + ": " + clean(host.get("message") or "no message")
-            )
+            said = _lines(f"{label}: " + clean(host.get("message") or "no message"), width, "  ", "    ")
+            out.append("  " + paint(label, _STATE_COLOR.get(str(status))) + said[0][2 + len(label) :])
+            out.extend(said[1:])
         elif host.get("message"):  # an audited host's note: results the controller set aside
-            out.append("  " + paint("NOTE", _STATE_COLOR.get("interrupted")) + ": " + clean(host["message"]))
+            said = _lines("NOTE: " + clean(host["message"]), width, "  ", "    ")
+            out.append("  " + paint("NOTE", _STATE_COLOR.get("interrupted")) + said[0][6:])
+            out.extend(said[1:])
         for f in shown:
             sev = str(f.get("severity") or "")
             st = str(f.get("status") or "")
             tag = f"{_SHORT.get(sev, clean(sev).upper()):<4} {st:<5}"
             code = _SEVERITY_COLOR.get(sev) if st == "fail" else _STATE_COLOR.get(st, _SEVERITY_COLOR.get(sev))
-            out.append(
-                f"  {paint(tag, code)} {clean(f.get('rule')):<12} {clean(f.get('area')):<9} {clean(f.get('title'))}"
-            )
             indent = " " * 13
-            if f.get("message"):
-                out.append(indent + clean(f["message"]))
-            out.extend(indent + line for line in _values(f, paint))
-            fix = schema.format_fix(f.get("fix"))
-            if fix:
-                out.append(f"{indent}fix: {clean(fix)}")
+            said = clean(message_text(f.get("message") or f.get("title")))
+            lines = _lines(f"{tag} {clean(f.get('rule')):<12} {said}", width, "  ", indent)
+            out.append("  " + paint(tag, code) + lines[0][2 + len(tag) :])
+            out.extend(lines[1:])
+            out.extend(indent + line for line in _values(f, paint, value_w))
+            fix = clean(schema.format_fix(f.get("fix")))
+            if fix and fix != fixes.get(str(f.get("rule"))):
+                out.extend(_lines(f"fix: {fix}", width, indent))
 
-    s = schema.summarize(hosts)
-    h, fs = s["hosts"], s["findings"]
     out.append("")
-    line = f"hosts: {h['total']} ({h['ok']} ok, {h['failed']} failed, {h['unreachable']} unreachable"
-    for key, label in (("timeout", "timed out"), ("interrupted", "not audited (interrupted)")):
-        if h.get(key):
-            line += f", {h[key]} {label}"
-    out.append(line + ")")
-    sev_text = ", ".join(
-        paint(f"{n} {sev}", _SEVERITY_COLOR[sev] if n else None) for sev, n in fs["by_severity"].items()
-    )
-    out.append(f"findings: {sum(fs['by_severity'].values())} ({sev_text})")
-    out.append("checks: " + ", ".join(f"{n} {st}" for st, n in fs["by_status"].items()))
+    out.extend(_totals(hosts, paint, width))
     return "\n".join(out) + "\n"
