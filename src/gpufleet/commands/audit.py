@@ -35,11 +35,13 @@ def register(sub: argparse._SubParsersAction) -> None:
   gpufleet audit                                         # this machine (inventories/local)
   gpufleet audit -i inventories/prod -i inventories/lab -l gpu_a100 --policy site-policy.yml
   gpufleet audit -i inventories/prod --fail-on high   # exit 1 if a high or critical finding fails
+  gpufleet audit -i inventories/prod --json | jq '.summary.hosts'
 """,
     )
     options.fleet(parser)
     options.out(parser)
     options.fail_on(parser)
+    options.output(parser)
     options.forks(parser)
     options.host_timeout(parser)
     parser.add_argument(
@@ -183,7 +185,8 @@ def run_audit(
 
     extravars = {"gpufleet_report_dir": str(out), **_audit_extravars(args, overrides)}
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    print(f"gpufleet: {label} {len(host_names)} host(s) from {options.shown(args.inventory)}", file=sys.stderr)
+    if not getattr(args, "quiet", False):
+        print(f"gpufleet: {label} {len(host_names)} host(s) from {options.shown(args.inventory)}", file=sys.stderr)
     result = run_playbook(
         playbook,
         args.inventory,
@@ -191,7 +194,7 @@ def run_audit(
         forks=args.forks,
         extravars=extravars,
         quiet=not args.verbose,
-        on_event=Progress(len(host_names)),
+        on_event=Progress(len(host_names), stream=False if getattr(args, "quiet", False) else None),
     )
     written = next((h.actions[REPORT_ACTION] for h in result.hosts.values() if REPORT_ACTION in h.actions), None)
     if not written or "files" not in written:
@@ -249,7 +252,7 @@ def run_with_workers(
         extravars,
         forks=args.forks,
         ssh_args=shlex.split(args.worker_ssh_args or ""),
-        on_event=Progress(len(host_names)),
+        on_event=Progress(len(host_names), stream=False if getattr(args, "quiet", False) else None),
         quiet=not args.verbose,
         timeout_s=timeout_s,
     )
@@ -285,11 +288,27 @@ def run_with_workers(
     return report, interrupted
 
 
+def show(report: dict[str, Any], files: dict[str, str], args: argparse.Namespace, out: Path) -> None:
+    """Print a finished run: the terminal report (fitting $COLUMNS or the terminal), the report's files and which
+    link moved; with --quiet only the totals; with --json the report itself on stdout (the rest on stderr)."""
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import terminal
+
+    color = options.use_color(sys.stdout)
+    if getattr(args, "json", False):
+        print(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False))
+    elif getattr(args, "quiet", False):
+        print(terminal.render_summary(report, color=color, width=options.width(sys.stdout)), end="")
+        return
+    else:
+        print(terminal.render_terminal(report, color=color, width=options.width(sys.stdout)))
+    for kind, path in sorted(files.items()):
+        print(f"{kind:>10}: {path}", file=sys.stderr if getattr(args, "json", False) else sys.stdout)
+    print(link_note(report, out), file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
     overrides, host_names = preflight.prepare(args, out)
-    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import terminal
-
     from gpufleet import workers
 
     worker_options = getattr(args, "worker", None) or []
@@ -302,11 +321,7 @@ def run(args: argparse.Namespace) -> int:
         report, interrupted = run_audit(args, out, overrides, host_names)
     if report is None:
         return exits.EXIT_HOSTS
-    files = report.pop("_files")
-    print(terminal.render_terminal(report, color=options.use_color(sys.stdout)))
-    for kind, path in sorted(files.items()):
-        print(f"{kind:>10}: {path}")
-    print(link_note(report, out), file=sys.stderr)
+    show(report, report.pop("_files"), args, out)
     if interrupted:
         print(f"gpufleet: interrupted by {interrupted}; the report above is partial", file=sys.stderr)
         return exits.EXIT_INTERRUPTED

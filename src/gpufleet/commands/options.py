@@ -162,6 +162,36 @@ def use_color(stream) -> bool:
         return False
 
 
+def width(stream) -> int | None:
+    """The columns the terminal report fits (report/terminal.py): $COLUMNS when it is a positive number, else the
+    terminal's own width when ``stream`` is one; None (the full layout, nothing wrapped) for a pipe or a file."""
+    env = os.environ.get("COLUMNS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        if stream.isatty():
+            return os.get_terminal_size(stream.fileno()).columns or None
+    except (AttributeError, ValueError, OSError):
+        pass
+    return None
+
+
+def output(parser: argparse.ArgumentParser) -> None:
+    """--quiet (the totals and the exit code only) or --json (the report, report.json's content, on stdout)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print only the totals (hosts, findings, checks) and no progress; the exit code says the rest",
+    )
+    group.add_argument(
+        "--json",
+        action="store_true",
+        help="print the report (report.json's content) on stdout for scripts; progress and file names go to stderr",
+    )
+
+
 def exit_with_reason(report: dict[str, Any], fail_on: str, when: str = "") -> int:
     """The report's exit code (exits.explain), saying on stderr why it is not 0."""
     code, reason = exits.explain(report, fail_on)

@@ -156,7 +156,7 @@ def run_merge(args: argparse.Namespace) -> int:
         files = writer.write_all(report, args.out)
     except (OSError, writer.ReportDirError) as exc:
         raise exits.UsageError(str(exc)) from exc
-    print(terminal.render_terminal(report, color=options.use_color(sys.stdout)))
+    print(terminal.render_terminal(report, color=options.use_color(sys.stdout), width=options.width(sys.stdout)))
     for kind, path in sorted(files.items()):
         print(f"{kind:>10}: {path}")
     print(audit.link_note(report, Path(args.out).expanduser()), file=sys.stderr)
