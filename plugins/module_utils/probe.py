@@ -21,9 +21,14 @@ kernel Documentation/ABI/testing/sysfs-bus-pci), else from NVML (``nvmlDeviceGet
 ``nvmlDeviceGetCpuAffinity``); the NUMA nodes' CPUs from ``/sys/devices/system/node/node*/cpulist``.
 
 Two file roots: ``sys_fs`` (a HostFS; the module's ``root``) for ``/sys``, the layout of the hardware, which a test
-may replace with a fixture tree; ``proc_fs`` for ``/proc``, which on a real host must be the live ``/``: the PIDs
-NVML lists are PIDs of the running kernel, and their CPU time, the CPUs' busy time and the swap counters only mean
-something read from that same kernel, at the same moments as the GPUs.
+may replace with a fixture tree; ``proc_fs`` for ``/proc`` (the module's ``proc_root``), which on a real host must be
+the live ``/``: the PIDs NVML lists are PIDs of the running kernel, and their CPU time, the CPUs' busy time and the
+swap counters only mean something read from that same kernel, at the same moments as the GPUs.
+
+A ``/proc`` that no kernel writes (a simulated host's fixture tree, as the demo fleet's) does not move over the
+window: no CPU of ``/proc/stat`` counts a tick, which a running kernel always does (idle time is counted too). The
+sample then says ``proc_static`` and gives the figures the counters hold since boot instead of none: each CPU's busy
+share since boot, each process's CPU time since it started (``starttime``, ``/proc/uptime``); swap rates are unknown.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -86,6 +91,7 @@ def parse_pid_stat(text):
             "ticks": int(fields[11]) + int(fields[12]),  # utime (14) + stime (15)
             "threads": int(fields[17]),  # num_threads (20)
             "processor": int(fields[36]),  # processor (39): the CPU it last ran on
+            "start": int(fields[19]),  # starttime (22): clock ticks after boot
         }
     except (IndexError, ValueError):
         return None
@@ -184,6 +190,32 @@ def process_facts(pid, before, after, seconds, hz, cpu_before, cpu_after, online
         "saturation_pct": max([v for v in (allowed_busy, own_share) if v is not None] or [None]),
         "last_cpu": last_cpu,
     }
+
+
+def static_proc(cpu_before, cpu_after):
+    """True when /proc/stat did not move over the window: a /proc no kernel writes (see the module docstring)."""
+    return bool(cpu_after) and cpu_before == cpu_after
+
+
+def since_start(snapshot, uptime, hz):
+    """(a read_process() snapshot of the process at its start - no CPU time -, seconds since it started), for a
+    static /proc; (None, None) when the start or the uptime is unknown."""
+    if snapshot is None or not uptime:
+        return None, None
+    seconds = uptime - snapshot["stat"]["start"] / float(hz)
+    if seconds <= 0:
+        return None, None
+    zero = dict(snapshot)
+    zero["stat"] = dict(snapshot["stat"], ticks=0)
+    zero["tasks"] = dict((tid, dict(task, ticks=0)) for tid, task in snapshot["tasks"].items())
+    return zero, seconds
+
+
+def _uptime(proc_fs):
+    try:
+        return float((proc_fs.read("/proc/uptime") or "").split()[0])
+    except (IndexError, ValueError):
+        return None
 
 
 def read_numa_nodes(sys_fs):
@@ -316,10 +348,20 @@ def _collect(nv, sys_fs, proc_fs, sample_seconds, reads, sleep, clock, hz):
     vmstat_after = host.parse_vmstat(proc_fs.read("/proc/vmstat"))
     procs_after = dict((pid, read_process(proc_fs, pid)) for pid in pids)
     online = sorted(cpu_after)
+    static = static_proc(cpu_before, cpu_after)
+    seconds = dict((pid, elapsed) for pid in pids)
+    if static:
+        # Figures since boot (the module docstring says why): every counter from zero.
+        cpu_before = dict((cpu, (0, 0)) for cpu in cpu_after)
+        uptime = _uptime(proc_fs)
+        for pid in pids:
+            start, since = since_start(procs_after[pid], uptime, hz)
+            if start is not None:
+                procs_before[pid], seconds[pid] = start, since
 
     processes = []
     for pid in pids:
-        facts = process_facts(pid, procs_before[pid], procs_after[pid], elapsed, hz, cpu_before, cpu_after, online)
+        facts = process_facts(pid, procs_before[pid], procs_after[pid], seconds[pid], hz, cpu_before, cpu_after, online)
         held = [g for g in gpus for p in g.get("processes") or [] if p["pid"] == pid]
         facts["gpus"] = [g["index"] for g in held]
         used = [p["used_memory_mib"] for g in held for p in g["processes"] if p["pid"] == pid]
@@ -348,7 +390,7 @@ def _collect(nv, sys_fs, proc_fs, sample_seconds, reads, sleep, clock, hz):
             }
         )
 
-    swap_in, swap_out = host.swap_rates(vmstat_before, vmstat_after, elapsed)
+    swap_in, swap_out = host.swap_rates(vmstat_before, vmstat_after, None if static else elapsed)
     meminfo = host.parse_meminfo(proc_fs.read("/proc/meminfo"))
     total, free = meminfo.get("SwapTotal"), meminfo.get("SwapFree")
     psi = host.parse_psi(proc_fs.read("/proc/pressure/memory"))
@@ -357,6 +399,7 @@ def _collect(nv, sys_fs, proc_fs, sample_seconds, reads, sleep, clock, hz):
         "error": None,
         "sample_seconds": round(elapsed, 2),
         "reads": reads,
+        "proc_static": static,
         "cpus_online": len(online),
         "numa_nodes": read_numa_nodes(sys_fs),
         "gpus": out_gpus,

@@ -47,8 +47,17 @@ options:
     description:
       - Root of the file system that C(/sys) (the GPUs' NUMA nodes and local CPUs, the NUMA nodes' CPUs) is read
         from; a test or a mounted image may give a fixture tree.
-      - C(/proc) is always the running host's, whatever O(root) says - the PIDs NVML lists, their CPU time, the
-        CPUs' busy time and the swap counters belong to the running kernel, as NVML itself does.
+      - C(/proc) is read from O(proc_root), not from O(root).
+    type: path
+    default: /
+  proc_root:
+    description:
+      - Root of the file system that C(/proc) (the GPU processes, the CPUs' busy time, swap counters and memory
+        pressure) is read from. On a real host keep V(/) - the PIDs NVML lists, their CPU time, the CPUs' busy time
+        and the swap counters belong to the running kernel, as NVML itself does.
+      - A simulated host (the demo fleet, tests) gives its fixture tree. Such a C(/proc) does not change over the
+        window; the sample then says RV(probe.proc_static) and gives the CPU figures since boot (processes since
+        they started), swap rates unknown.
     type: path
     default: /
 extends_documentation_fragment:
@@ -96,6 +105,11 @@ probe:
     error: {description: Why not; V(null) otherwise., type: str}
     sample_seconds: {description: The window actually sampled., type: float}
     reads: {description: Utilization reads per GPU., type: int}
+    proc_static:
+      description: >-
+        C(/proc) did not change over the window (a fixture tree given as O(proc_root)): the CPU figures are since
+        boot (a process's since it started), the swap rates V(null).
+      type: bool
     cpus_online: {description: CPUs in C(/proc/stat)., type: int}
     numa_nodes: {description: NUMA node id to its cpulist., type: dict, sample: {"0": "0-55,112-167"}}
     gpus:
@@ -147,6 +161,7 @@ def main():
         policy=dict(type="raw", default={}),
         sample_seconds=dict(type="float", default=probe.SAMPLE_SECONDS),
         reads=dict(type="int", default=probe.READS),
+        proc_root=dict(type="path", default="/"),
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
@@ -190,7 +205,7 @@ def main():
         sample = probe.collect(
             nv,
             sys_fs=HostFS(params["root"]),
-            proc_fs=HostFS("/"),
+            proc_fs=HostFS(params["proc_root"]),
             sample_seconds=params["sample_seconds"],
             reads=params["reads"],
         )

@@ -8,6 +8,11 @@ Every host is a directory under build/demo/<host>/ holding:
                switch levels, each NIC on a root port, two sockets)
   ethtool/     recorded ethtool outputs per NIC (read by tests/fixtures/ethtool/fake-ethtool)
 
+A busy host runs one training process per GPU (NVML's process list, gpu.N.processes; /proc/<pid>/stat, its threads'
+stat and status under root/: bound to the GPU's NUMA node with numactl, as the topology's bindings say), and every
+host has /proc/stat and /proc/uptime, so that `gpufleet probe` (the inventory's gpufleet_probe_proc_root: this tree,
+which does not change over the sample, so the probe gives its CPU figures since boot) shows the GPU jobs.
+
 Nothing outside build/demo is written: the audit is read-only and points at these files through inventory
 variables (gpufleet_environment, gpufleet_audit_root, gpufleet_ethtool_path).
 
@@ -201,6 +206,70 @@ def _pci_tree(root: Path, state: dict[str, str], profile: str, count: int) -> No
             old.parent.rmdir()  # netroot's pci0000:00, now empty
 
 
+UPTIME_S = 3 * 86400 + 4711  # the hosts booted three days ago
+JOB_AGE_S = 7200  # the GPU jobs started two hours ago
+JOB_THREADS = 12  # per process: the main thread, data-loader workers, NCCL's
+HZ = 100  # USER_HZ: the clock ticks of /proc/stat and /proc/<pid>/stat on Linux
+
+
+def _proc_stat(busy: bool) -> str:
+    """/proc/stat of a host that has run for UPTIME_S: its CPUs about a quarter busy under GPU jobs, else nearly idle
+    (proc_stat(5): user nice system idle iowait irq softirq steal guest guest_nice, in USER_HZ ticks)."""
+    total = UPTIME_S * HZ
+    lines, sums = [], [0] * 10
+    cpus = len(mkroot.cpu_layout(mkroot.settings({})))
+    for cpu in range(cpus):
+        pct = (20 + (cpu * 7) % 11) if busy else (1 + cpu % 3)
+        user = total * pct // 100 * 4 // 5
+        system = total * pct // 100 - user
+        values = [user, 0, system, total - user - system, 0, 0, 0, 0, 0, 0]
+        sums = [a + b for a, b in zip(sums, values, strict=True)]
+        lines.append(f"cpu{cpu} " + " ".join(map(str, values)))
+    return "\n".join(["cpu  " + " ".join(map(str, sums)), *lines, f"btime {1796000000 - UPTIME_S}", ""])
+
+
+def _pid_stat(pid: int, comm: str, ticks: int, threads: int, processor: int) -> str:
+    """One /proc/<pid>/stat line (proc_pid_stat(5), 52 fields): utime (14) and stime (15), num_threads (20),
+    starttime (22), processor (39)."""
+    fields = ["0"] * 50  # fields 3..52
+    fields[0] = "S"
+    fields[1] = fields[2] = fields[3] = str(pid)  # ppid, pgrp, session
+    fields[11], fields[12] = str(ticks * 9 // 10), str(ticks - ticks * 9 // 10)
+    fields[15], fields[17] = "20", str(threads)  # priority, num_threads
+    fields[19] = str((UPTIME_S - JOB_AGE_S) * HZ)
+    fields[36] = str(processor)
+    return f"{pid} ({comm}) " + " ".join(fields) + "\n"
+
+
+def _processes(root: Path, state: dict[str, str], count: int, busy: bool) -> None:
+    """/proc/stat, /proc/uptime and, on a busy host, one training process per GPU (in NVML and in /proc)."""
+    proc = root / "proc"
+    (proc / "stat").write_text(_proc_stat(busy))
+    (proc / "uptime").write_text(f"{UPTIME_S}.00 {UPTIME_S * 180}.00\n")
+    if not busy:
+        return
+    for g in range(count):
+        pid = 41000 + g
+        cpus = mkroot.parse_cpulist(state[f"gpu.{g}.cpu_affinity"])
+        used = int(state[f"gpu.{g}.memory_used"]) - 512 * 1024 * 1024
+        state[f"gpu.{g}.processes"] = f"{pid}:{max(used, 0)}"
+        job = 6 * JOB_AGE_S * HZ  # about six CPUs' worth: the loader workers keep the GPU fed
+        base = proc / str(pid)
+        for t in range(JOB_THREADS):
+            tid = pid + t
+            share = job // 2 if t == 0 else job // (2 * (JOB_THREADS - 1))
+            task = base / "task" / str(tid)
+            task.mkdir(parents=True)
+            ran_on = cpus[(g * 13 + t * 5) % len(cpus)]
+            (task / "stat").write_text(_pid_stat(tid, "python3", share, JOB_THREADS, ran_on))
+        (base / "stat").write_text(_pid_stat(pid, "python3", job, JOB_THREADS, cpus[g * 13 % len(cpus)]))
+        (base / "comm").write_text("python3\n")
+        (base / "status").write_text(
+            f"Name:\tpython3\nState:\tS (sleeping)\nTgid:\t{pid}\nPid:\t{pid}\nPPid:\t{pid}\n"
+            f"Threads:\t{JOB_THREADS}\nCpus_allowed_list:\t{state[f'gpu.{g}.cpu_affinity']}\n"
+        )
+
+
 def build(out: Path) -> dict[str, Path]:
     out = out.resolve()
     if out.exists():
@@ -215,8 +284,9 @@ def build(out: Path) -> dict[str, Path]:
         if any(o.startswith("gpu.*.utilization_gpu") for o in overrides):
             for g in range(count):  # a busy GPU's link runs at full generation
                 state[f"gpu.{g}.pcie_gen_current"] = state[f"gpu.{g}.pcie_gen_max"]
-        profiles.write_state(host_dir / "nvml.state", state)
         root = mkroot.build_root(host_dir / "root", {"hostname": name, **spec["host"]})
+        _processes(root, state, count, any(o.startswith("gpu.*.utilization_gpu") for o in overrides))
+        profiles.write_state(host_dir / "nvml.state", state)
         netroot.build_netroot(
             root,
             nics=[

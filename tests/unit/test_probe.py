@@ -31,6 +31,7 @@ def test_pid_stat_name_with_spaces_and_parentheses():
         "ticks": 1234,
         "threads": 7,
         "processor": 5,
+        "start": 100,
     }
     assert probe.parse_pid_stat("") is None
     assert probe.parse_pid_stat("garbage") is None
@@ -207,6 +208,31 @@ def test_one_sample_of_a_starved_far_pinned_job_while_the_host_swaps(tmp_path, s
     # The exited process is not judged; with the job not saturating (GPU busy) HOST-BAL-001 passes.
     job["saturation_pct"] = 40.0
     assert _balance(sample)["HOST-BAL-001"]["status"] == "pass"
+
+
+def test_a_proc_that_does_not_move_gives_figures_since_boot(tmp_path, sim_nvml):
+    """A fixture /proc (the demo fleet's) that nothing advances: the sample says so and gives each CPU's busy share
+    since boot and the process's CPU time since it started, not '?' (no tick counted) nor 0 % CPU; swap rates are
+    unknown. The job started 100 ticks (1 s) after boot, /proc/uptime says 11 s: 10 s of its 2000 ticks = 200 %."""
+    nv, write_state, _state_path = sim_nvml
+    host = Host(tmp_path / "root")
+    host.write("/sys/bus/pci/devices/0000:18:00.0/numa_node", "0\n")
+    host.write("/sys/bus/pci/devices/0000:18:00.0/local_cpulist", "0-1\n")
+    host.write("/proc/uptime", "11.00 30.00\n")
+    host.cpu = {0: [300, 800], 1: [100, 1000], 2: [0, 1100], 3: [0, 1100]}
+    host.procs[700] = {"name": "python3", "allowed": "0-1", "tasks": {700: (1500, 0), 701: (500, 1)}}
+    host.flush()
+    write_state(["gpu.0.processes=700:2147483648", "gpu.0.utilization_gpu=90"])
+    fs = HostFS(str(host.root))
+    sample = probe.collect(nv, sys_fs=fs, proc_fs=fs, sample_seconds=0.5, reads=1, hz=HZ)
+
+    assert sample["proc_static"] is True
+    assert sample["gpus"][0]["local_cpus_busy_pct"] == round(100 * 400 / 2200, 1)
+    job = sample["processes"][0]
+    assert job["visible"] and job["cpu_pct"] == 200.0 and job["busiest_thread_pct"] == 150.0
+    assert job["last_cpu"] == {"0": {"threads": 1, "cpu_pct": 150.0}, "1": {"threads": 1, "cpu_pct": 50.0}}
+    assert job["allowed_busy_pct"] == round(100 * 400 / 2200, 1) and job["saturation_pct"] == 100.0
+    assert sample["memory"]["swap_in_per_s"] is None and sample["memory"]["swap_out_per_s"] is None
 
 
 def test_no_driver_is_a_fact_and_the_rules_skip(sim_nvml, tmp_path):

@@ -106,6 +106,7 @@ def print_host(name: str, res: dict[str, Any], out=None) -> None:
             f"{name}: sampled {sample.get('sample_seconds')} s ({sample.get('reads')} reads); swap in/out "
             f"{_none(mem.get('swap_in_per_s'))}/{_none(mem.get('swap_out_per_s'))} pages/s, memory PSI some avg10 "
             f"{_none(mem.get('psi_some_avg10'))}"
+            + ("; /proc did not change (a fixture tree): CPU figures since boot" if sample.get("proc_static") else "")
         )
         procs = {p["pid"]: p for p in sample.get("processes") or []}
         for g in sample.get("gpus") or []:
