@@ -109,3 +109,25 @@ def test_demo_changes_nothing_it_reads(demo_fleet, tmp_path):
     proc = _gpufleet("audit", "-i", str(INVENTORY), "--out", str(tmp_path), "--limit", "sg-a100-01")
     assert proc.returncode == 0, proc.stderr
     assert snapshot() == before
+
+
+def test_topology_and_probe_read_the_demo_host(demo_fleet, tmp_path):
+    """The demo shows every command: `gpufleet topology` reads the host's PCIe tree (GPUs, NICs, bindings), and
+    `gpufleet probe` its GPU jobs in the host's own /proc (a fixture that does not move: figures since boot), not
+    this machine's."""
+    topo = _gpufleet("topology", "-i", str(INVENTORY), "-l", "sg-a100-01", "--json", str(tmp_path / "topo.json"))
+    assert topo.returncode == 0, topo.stdout + topo.stderr
+    host = json.loads((tmp_path / "topo.json").read_text())["sg-a100-01"]
+    facts = host["topology"]
+    assert host["status"] == "ok" and facts["available"], facts.get("error")
+    assert len(facts["gpus"]) == 8 and [n["name"] for n in facts["nics"]] == ["ens1f0np0", "ens2f0np0"]
+    assert facts["matrix"]["GPU0"]["ens1f0np0"] == "NODE" and facts["matrix"]["GPU7"]["ens1f0np0"] == "SYS"
+    assert "NIC ens1f0np0 (then ens2f0np0)" in topo.stdout
+
+    probe = _gpufleet("probe", "-i", str(INVENTORY), "-l", "sg-a100-01", "--seconds", "0.5", "--fail-on", "high")
+    assert probe.returncode == 1, probe.stdout + probe.stderr  # HOST-BAL-004: the host swaps under its GPU jobs
+    assert "/proc did not change (a fixture tree): CPU figures since boot" in probe.stdout
+    assert "?%" not in probe.stdout
+    for gpu in range(8):
+        assert f"    PID {41000 + gpu} python3: 600.0% CPU, 12 threads" in probe.stdout
+    assert "FAIL HOST-BAL-004" in probe.stdout and "PASS HOST-BAL-002" in probe.stdout
