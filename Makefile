@@ -36,21 +36,32 @@ device-check-wheels: $(VENV)/bin/python
 # Last, the watch (playbooks/watch.yml) is installed on every container: `podman exec gpufleet-demo-sg-a100-01
 # gpufleet-watch` checks the host again, and its textfile is /var/lib/prometheus/node-exporter/gpufleet.prom (the demo
 # containers run no systemd: the timer's units are installed, not started).
-# `make demo-local` runs the same fleet without containers, on fixture trees under build/demo.
+# `make demo-local` runs the same fleet without containers, on fixture trees under build/demo: it audits, then
+# remediates (the changes land in build/demo/<host>/root only) and audits again; `make demo-local DEMO_REMEDIATE=no`
+# stops after the audit.
 demo: deps-test $(VENV)/.installed-test sim lab
 	$(BIN)/python tests/sim/demo.py
 	$(BIN)/ansible-playbook -i inventories/demo-podman/hosts.yml tests/sim/demo_podman.yml
 	$(BIN)/gpufleet audit -i inventories/demo-podman/hosts.yml --out reports/demo
+	@echo "demo: remediating the 8 simulated hosts (every change lands inside their podman containers)"
 	$(BIN)/gpufleet remediate -i inventories/demo-podman/hosts.yml --out reports/demo
 	$(BIN)/ansible-playbook -i inventories/demo-podman/hosts.yml playbooks/watch.yml
 
 demo-down: $(VENV)/.installed-test
 	$(BIN)/ansible-playbook -i inventories/demo-podman/hosts.yml tests/sim/demo_podman.yml -e gpufleet_demo_state=absent
 
+DEMO_REMEDIATE ?= yes
 demo-local: deps-test $(VENV)/.installed-test sim
 	$(BIN)/python tests/sim/demo.py
 	$(BIN)/gpufleet audit -i inventories/demo/hosts.yml --out reports/demo
+ifeq ($(DEMO_REMEDIATE),yes)
+	@echo "demo-local: remediating the 8 simulated hosts; every change lands in their fixture trees under build/demo/"
+	@echo "demo-local: (nothing else on this machine changes; DEMO_REMEDIATE=no stops after the audit)"
 	$(BIN)/gpufleet remediate -i inventories/demo/hosts.yml --out reports/demo
+	@echo "demo-local: next, a host's topology and GPU jobs: gpufleet topology (or probe) -i inventories/demo/hosts.yml -l sg-a100-01"
+else
+	@echo "demo-local: DEMO_REMEDIATE=$(DEMO_REMEDIATE): no remediation (gpufleet remediate -i inventories/demo/hosts.yml --check shows what it would change)"
+endif
 
 # Regenerate the README's rule catalog and policy tables from the code.
 docs: $(VENV)/.installed-test
