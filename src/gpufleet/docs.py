@@ -19,9 +19,24 @@ def _sources_markdown(refs: list) -> str:
     return "; ".join(f"[{ref['title']}]({ref['url']})" for ref in refs)
 
 
-def catalog_markdown() -> str:
+def _rules(ids: list[str] | None = None) -> list[dict]:
+    """The catalog, or its rules ``ids`` in that order (ids known: see ``unknown_ids``)."""
+    catalog = rules.catalog()
+    if ids is None:
+        return catalog
+    by_id = {r["id"]: r for r in catalog}
+    return [by_id[i] for i in ids if i in by_id]
+
+
+def unknown_ids(ids: list[str]) -> list[str]:
+    """The ids of ``ids`` that name no rule of the catalog."""
+    known = {r["id"] for r in rules.catalog()}
+    return [i for i in ids if i not in known]
+
+
+def catalog_markdown(ids: list[str] | None = None) -> str:
     lines = ["| id | area | severity | title | fix | sources |", "|---|---|---|---|---|---|"]
-    for r in rules.catalog():
+    for r in _rules(ids):
         lines.append(
             f"| `{r['id']}` | {r['area']} | {r['severity']} | {r['title']} | {_fix(r['fix'])} "
             f"| {_sources_markdown(r['references'])} |"
@@ -50,12 +65,12 @@ def _wrap(text: str, width: int, indent: str = INDENT, later: str | None = None)
     )
 
 
-def catalog_text(width: int = WIDTH) -> str:
-    """The rules as plain text, each line at most ``width`` columns (a URL longer than that stands alone on its
-    line, moved left as far as it takes): the id, area, severity and title, then the rationale, the fix and the
-    sources, indented."""
+def catalog_text(width: int = WIDTH, ids: list[str] | None = None) -> str:
+    """The rules (or the rules ``ids``) as plain text, each line at most ``width`` columns (a URL longer than that
+    stands alone on its line, moved left as far as it takes): the id, area, severity and title, then the rationale,
+    the fix and the sources, indented."""
     out = []
-    for r in rules.catalog():
+    for r in _rules(ids):
         out.extend(_wrap(f"{r['id']:<13} {r['area']:<9} {r['severity']:<9} {r['title']}", width, "", " " * 34))
         out.extend(_wrap(r["rationale"], width))
         out.extend(_wrap(f"fix: {_fix_text(r['fix'])}", width, INDENT, INDENT + "     "))

@@ -8,22 +8,24 @@ import json
 
 from gpufleet import exits, paths
 from gpufleet.commands import options
-from gpufleet.text import clean_lines
+from gpufleet.text import clean, clean_lines
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     catalog = options.command(
         sub,
         "catalog",
-        help="list the rules",
-        description="List every rule of the audit: id, area, severity, title, why it matters, its fix and its "
-        "sources, as text that fits a 100-column terminal (or a Markdown table).",
+        help="list the rules (or show one)",
+        description="List every rule of the audit, or the rules named: id, area, severity, title, why it matters, "
+        "its fix and its sources, as text that fits a 100-column terminal (or a Markdown table).",
         examples="""
   gpufleet catalog | less
+  gpufleet catalog GPU-PWR-002          # one rule (the id as the reports show it)
   gpufleet catalog --markdown > rules.md
 """,
-        exit_codes=options.READ_ONLY_EXIT_CODES,
+        exit_codes="0 done, 3 usage error (a RULE that is no rule's id), 141 the output's reader went away (SIGPIPE)",
     )
+    catalog.add_argument("rules", nargs="*", metavar="RULE", help="show only these rules (ids such as GPU-PWR-002)")
     catalog.add_argument("--markdown", action="store_true", help="a Markdown table (the README's) instead of text")
     catalog.set_defaults(func=run_catalog)
 
@@ -54,7 +56,13 @@ def run_catalog(args: argparse.Namespace) -> int:
     paths.import_collection()
     from gpufleet import docs
 
-    print(docs.catalog_markdown() if args.markdown else docs.catalog_text(_width()))
+    ids = [rule.strip().upper() for rule in args.rules] or None
+    unknown = docs.unknown_ids(ids or [])
+    if unknown:
+        raise exits.UsageError(
+            f"no rule {', '.join(clean(i) for i in unknown)} in the catalog (`gpufleet catalog` lists every rule id)"
+        )
+    print(docs.catalog_markdown(ids) if args.markdown else docs.catalog_text(_width(), ids))
     return exits.EXIT_OK
 
 

@@ -67,18 +67,20 @@ class Inventories(argparse.Action):
         setattr(namespace, self.dest, [*current, values])
 
 
-def inventory(parser: argparse.ArgumentParser, required: bool = False) -> None:
+def inventory(parser: argparse.ArgumentParser, required: bool = False, verb: str = "change") -> None:
     """-i/--inventory, repeatable (``args.inventory`` is a list). Commands that change hosts (remediate, rollback)
-    take no default: a bare command must never tune the machine it runs on."""
+    take no default: a bare command must never tune the machine it runs on. ``verb``: what the command does to the
+    hosts of a required inventory ("sample" for the read-only probe: only "change" says it tunes them)."""
     if required:
+        why = ", so a bare command never tunes the machine it runs on" if verb == "change" else ""
         parser.add_argument(
             "-i",
             "--inventory",
             action=Inventories,
             required=True,
             metavar="INVENTORY",
-            help="Ansible inventory of the hosts to change; repeat to merge several, as with ansible-playbook "
-            "(required: there is no default, so a bare command never tunes the machine it runs on)",
+            help=f"Ansible inventory of the hosts to {verb}; repeat to merge several, as with ansible-playbook "
+            f"(required: there is no default{why})",
         )
     else:
         parser.add_argument(
@@ -105,10 +107,12 @@ def as_options(inventories: list[str]) -> str:
     return " ".join(f"-i {shlex.quote(i)}" for i in inventories)
 
 
-def fleet(parser: argparse.ArgumentParser, policy: bool = True, inventory_required: bool = False) -> None:
+def fleet(
+    parser: argparse.ArgumentParser, policy: bool = True, inventory_required: bool = False, verb: str = "change"
+) -> None:
     """What every command that runs against an inventory takes: -i, -l, --policy (unless ``policy`` is False),
-    -v."""
-    inventory(parser, required=inventory_required)
+    -v. ``verb``: see inventory()."""
+    inventory(parser, required=inventory_required, verb=verb)
     parser.add_argument("-l", "--limit", help="limit to these hosts/groups (Ansible pattern)")
     if policy:
         parser.add_argument("--policy", help="YAML file with policy overrides, merged last")
@@ -119,14 +123,19 @@ def out(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="reports", help="report directory (default: %(default)s)")
 
 
-def fail_on(parser: argparse.ArgumentParser, afterwards: bool = False) -> None:
+def fail_on(parser: argparse.ArgumentParser, afterwards: bool = False, what: str = "") -> None:
+    """--fail-on SEVERITY; ``what`` replaces the help's "a finding fails at or above this severity"."""
     parser.add_argument(
         "--fail-on",
         default="none",
         choices=_FailOnChoices(),
         metavar="SEVERITY",
-        help="exit 1 when a finding "
-        + ("still fails at or above this severity afterwards" if afterwards else "fails at or above this severity")
+        help="exit 1 when "
+        + (
+            what
+            or ("a finding still fails at or above this severity afterwards" if afterwards else "a finding fails at "
+                "or above this severity")
+        )
         + ": %(choices)s (default: %(default)s)",
     )
 

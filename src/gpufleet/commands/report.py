@@ -41,12 +41,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         examples="""
   gpufleet report diff reports/20261130T080000Z reports/latest
   gpufleet report diff before/report.json after/report.json
+  gpufleet report diff reports/20261130T080000Z reports/latest --fail-on high   # exit 1 on new
+  gpufleet report diff before after --json | jq '.totals'
 """,
-        exit_codes="0 compared, 3 usage error (a file that is not a gpufleet report), 141 the output's reader went "
-        "away (SIGPIPE)",
+        exit_codes="0 compared (no new failing finding at or above --fail-on), 1 a finding new in NEW fails at or "
+        "above --fail-on, 3 usage error (a file that is not a gpufleet report), 141 the output's reader went away "
+        "(SIGPIPE)",
     )
     rdiff.add_argument("old", help="the earlier report: report.json or a run directory")
     rdiff.add_argument("new", help="the later report: report.json or a run directory")
+    options.fail_on(rdiff, what="a finding new in NEW (not a finding in OLD) fails at or above this severity")
+    rdiff.add_argument(
+        "--json", action="store_true", help="the comparison as JSON for scripts (hosts, buckets, totals, runs)"
+    )
     rdiff.set_defaults(func=run_diff)
     rmerge = options.command(
         report_sub,
@@ -119,8 +126,37 @@ def run_diff(args: argparse.Namespace) -> int:
     from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import diff
 
     old, new = load_report(args.old), load_report(args.new)
-    print(diff.render_diff(diff.diff_reports(old, new)), end="")
-    return exits.EXIT_OK
+    compared = diff.diff_reports(old, new)
+    if getattr(args, "json", False):
+        print(json.dumps(compared, indent=2, sort_keys=True, ensure_ascii=False))
+    else:
+        print(diff.render_diff(compared), end="")
+    gate = new_failures(compared, getattr(args, "fail_on", "none"))
+    if not gate:
+        return exits.EXIT_OK
+    shown = ", ".join(f"{host} {rule}" for host, rule in gate[:5]) + (f" (+{len(gate) - 5})" if len(gate) > 5 else "")
+    print(
+        clean(f"gpufleet: exit 1: {len(gate)} new failing finding(s) at or above {args.fail_on} (--fail-on): {shown}"),
+        file=sys.stderr,
+    )
+    return exits.EXIT_FINDINGS
+
+
+def new_failures(compared: dict[str, Any], fail_on: str) -> list[tuple[str, str]]:
+    """(host, rule) of each finding new in the later report (``diff_reports``' ``new`` bucket) that fails (not a
+    warning) at or above ``fail_on``; none for ``none``."""
+    from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import schema
+
+    if fail_on not in schema.SEVERITIES:
+        return []
+    floor = schema.severity_rank(fail_on)
+    out = []
+    for host, h in sorted((compared.get("hosts") or {}).items()):
+        for rule in h.get("new") or []:
+            r = (h.get("rules") or {}).get(rule) or {}
+            if r.get("new") == "fail" and schema.severity_rank(r.get("severity")) <= floor:
+                out.append((host, rule))
+    return out
 
 
 def read_report(path: str) -> tuple[str, Any]:
