@@ -17,6 +17,23 @@ def test_changing_commands_require_an_inventory(command, capsys):
     assert "-i/--inventory" in capsys.readouterr().err
 
 
+def _inventory_help(command: str) -> str:
+    sub = cli.build_parser()._subparsers._group_actions[0].choices[command]
+    return next(a.help for a in sub._actions if "--inventory" in a.option_strings)
+
+
+@pytest.mark.parametrize("command", ["remediate", "rollback"])
+def test_a_changing_command_says_its_inventory_is_of_hosts_to_change(command):
+    assert "hosts to change" in _inventory_help(command) and "never tunes" in _inventory_help(command)
+
+
+@pytest.mark.parametrize(("command", "verb"), [("probe", "sample"), ("links", "measure")])
+def test_a_read_only_command_with_a_required_inventory_does_not_say_it_changes_hosts(command, verb):
+    """`probe --help` called its read-only inventory "the hosts to change" (issue 29)."""
+    text = _inventory_help(command)
+    assert f"hosts to {verb}" in text and "change" not in text and "tunes" not in text
+
+
 def test_audit_keeps_its_default_inventory():
     args = cli.build_parser().parse_args(["audit"])
     assert len(args.inventory) == 1 and args.inventory[0].endswith("inventories/local/hosts.yml")

@@ -67,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "2 a host could not measure (unreachable, iperf3 missing, iperf3 failed), 3 usage error (no declared pair "
         "among the hosts), 130 interrupted, 141 the output's reader went away (SIGPIPE)",
     )
-    options.fleet(parser, inventory_required=True)
+    options.fleet(parser, inventory_required=True, verb="measure")
     parser.add_argument(
         "--time",
         type=_bounded(1, MAX_SECONDS, " of seconds"),

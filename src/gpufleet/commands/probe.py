@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
   gpufleet probe -i inventories/prod -l gpu07 --seconds 15 --fail-on high
 """,
     )
-    options.fleet(parser, inventory_required=True)
+    options.fleet(parser, inventory_required=True, verb="sample")
     parser.add_argument(
         "--seconds",
         type=_seconds,
