@@ -51,7 +51,7 @@ _DOWN_LABELS = {
     "unreachable": "UNREACHABLE",
     "failed": "AUDIT FAILED",
     "timeout": "TIMED OUT",
-    "interrupted": "NOT AUDITED (run interrupted)",
+    "interrupted": "NOT AUDITED",  # the message says why: the run was interrupted before the host answered
 }
 
 
@@ -229,7 +229,8 @@ def _rollup(report: dict, paint: _Painter, width: int | None) -> tuple[list[str]
         for ref in r["references"]:
             if isinstance(ref, dict):
                 out.extend(_lines(f"source: {clean(ref.get('title'))}", width, RULE_INDENT))
-                out.append(f"{RULE_INDENT}  {clean(ref.get('url'))}")  # a URL is never broken: it would not open
+                url = clean(ref.get("url"))  # never broken (it would not open): moved left to fit, if it can
+                out.append(" " * max(0, min(len(RULE_INDENT) + 2, (width or 200) - len(url))) + url)
     return out, fixes
 
 
