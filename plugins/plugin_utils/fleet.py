@@ -148,7 +148,7 @@ def host_entry(
     """
     if result is None:
         if missing == "interrupted":
-            return _down("interrupted", "not audited: the run was interrupted before this host answered", site)
+            return _down("interrupted", "the run was interrupted before this host answered", site)
         return _down("failed", "no audit result (the host was skipped or the run stopped)", site)
     timedout = result.get("timedout") if isinstance(result, dict) else None
     if timedout:

@@ -65,7 +65,8 @@ def test_renderers_say_what_happened():
     text = terminal.render_terminal(report)
     assert "INCOMPLETE RUN" in text and "(interrupted by SIGINT)" in text
     assert "TIMED OUT: no answer within the per-host timeout" in text
-    assert "NOT AUDITED (run interrupted): not audited" in text
+    # The label and the message say it once each (issue 29: "NOT AUDITED (run interrupted): not audited: ...").
+    assert "NOT AUDITED: the run was interrupted before this host answered" in text
     assert "hosts: 4 (1 ok, 0 failed, 1 unreachable, 1 timed out, 1 not audited (interrupted))" in text
 
     page = html.render_html(report)
