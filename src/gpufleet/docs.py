@@ -88,6 +88,16 @@ def catalog_text(width: int = WIDTH, ids: list[str] | None = None) -> str:
     return "\n".join(out).rstrip("\n")
 
 
+def policy_text(width: int = WIDTH) -> str:
+    """The policy keys as plain text within ``width`` columns: ``key: default`` (as a policy file writes it), then
+    its meaning, indented."""
+    out = []
+    for path, default, doc in policy.documented():
+        out.extend(_wrap(f"{path}: {json.dumps(default)}", width, "", INDENT))
+        out.extend(_wrap(doc.replace("`", ""), width))
+    return "\n".join(out)
+
+
 def policy_markdown() -> str:
     lines = ["| key | default | meaning |", "|---|---|---|"]
     for path, default, doc in policy.documented():

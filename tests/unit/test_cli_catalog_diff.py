@@ -69,3 +69,18 @@ def test_report_diff_json(reports, capsys):
     assert doc["totals"]["fixed"] == 1 and doc["totals"]["new"] == 2
     assert doc["hosts"]["iad-h100-03"]["new"] == ["GPU-PWR-001", "GPU-PWR-002"]
     assert doc["runs"]["new"] == "later"
+
+
+def test_policy_lists_the_keys_as_readable_text(capsys, monkeypatch):
+    """`gpufleet policy` printed a Markdown table of 400-column lines; now `key: default` and the meaning, within
+    100 columns (--markdown keeps the README's table)."""
+    from gpufleet import docs
+
+    assert cli.main(["policy"]) == 0
+    out = capsys.readouterr().out
+    assert "|" not in out and "`" not in out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert "\nmemory.max_swappiness: " in "\n" + out and 'min_severity: "info"' in out
+    assert cli.main(["policy", "--markdown"]) == 0
+    assert capsys.readouterr().out.strip() == docs.policy_markdown()
+    assert cli.main(["policy", "--markdown", "--host", "x"]) == 3

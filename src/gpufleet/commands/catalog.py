@@ -32,8 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     policy = options.command(
         sub,
         "policy",
-        help="list the policy keys with their defaults (Markdown), or one host's effective policy (--host)",
-        description="List the policy keys, their defaults and meaning, as a Markdown table. A policy file (--policy) "
+        help="list the policy keys with their defaults, or one host's effective policy (--host)",
+        description="List the policy keys, their defaults and meaning, as text that fits a 100-column terminal (or "
+        "a Markdown table, --markdown). A policy file (--policy) "
         "or the inventory's gpufleet_policy* variables override them. With --host: that host's effective policy, "
         "the one the audit, the watch, the probe and remediate judge it by (the defaults, then gpufleet_policy, "
         "gpufleet_policy_group, gpufleet_policy_host, gpufleet_policy_file, then --policy or "
@@ -49,6 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     options.inventory(policy)
     policy.add_argument("--policy", help="YAML policy file, merged last as `gpufleet audit --policy` merges it")
     policy.add_argument("--json", action="store_true", help="with --host: JSON for scripts (value and layers per key)")
+    policy.add_argument("--markdown", action="store_true", help="without --host: a Markdown table (the README's)")
     policy.set_defaults(func=run_policy)
 
 
@@ -73,8 +75,10 @@ def run_policy(args: argparse.Namespace) -> int:
             raise exits.UsageError("--json and --policy go with --host NAME (one host's effective policy)")
         from gpufleet import docs
 
-        print(docs.policy_markdown())
+        print(docs.policy_markdown() if args.markdown else docs.policy_text(_width()))
         return exits.EXIT_OK
+    if args.markdown:
+        raise exits.UsageError("--markdown is the table of every policy key: it does not go with --host (--json does)")
     from gpufleet import hostpolicy
 
     layers = hostpolicy.read_layers(args.inventory, args.host, args.policy)
