@@ -4,6 +4,7 @@ policy layers are valid, the report directory is writable. Each problem is a Usa
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -72,12 +73,14 @@ def inventory_hosts(
             raise UsageError(f"inventory not found: {source}")
     loader = DataLoader()
     inv = InventoryManager(loader=loader, sources=sources)
-    if limit:
-        inv.subset(limit)
-    hosts = inv.get_hosts(pattern="all")
+    with _unmatched_patterns() as unmatched:
+        if limit:
+            inv.subset(limit)
+        hosts = inv.get_hosts(pattern="all")
     if not hosts:
         with_limit = f" with --limit {limit}" if limit else ""
         raise UsageError(f"no host matches inventory {', '.join(sources)}{with_limit}")
+    unmatched.replay()
     try:
         policy_mod.validate(overrides, known_rules=rules.BY_ID)
     except policy_mod.PolicyError as exc:
@@ -95,6 +98,44 @@ def inventory_hosts(
             f"invalid policy for {count} host{'s' if count != 1 else ''} (nothing was run):\n" + "\n".join(lines)
         )
     return [h.name for h in hosts]
+
+
+class _HeldWarnings(list):
+    def __init__(self, warn):
+        super().__init__()
+        self._warn = warn
+
+    def replay(self) -> None:
+        for message in self:
+            self._warn(message)
+
+
+@contextlib.contextmanager
+def _unmatched_patterns():
+    """Ansible's "Could not match supplied host pattern" warnings, held back while the inventory and --limit are
+    resolved: when nothing matches, gpufleet's own message (the exit 3) is the first and only word on it; when some
+    hosts match, ``replay()`` shows them after all. Other warnings pass through."""
+    from ansible.utils.display import Display
+
+    display = Display()  # a singleton: the inventory manager's own
+    own = "warning" in vars(display)
+    warn = display.warning
+    held = _HeldWarnings(warn)
+
+    def hold(msg, *args, **kwargs):
+        if str(msg).startswith("Could not match supplied host pattern"):
+            held.append(msg)
+        else:
+            warn(msg, *args, **kwargs)
+
+    display.warning = hold
+    try:
+        yield held
+    finally:
+        if own:
+            display.warning = warn
+        else:
+            del display.warning
 
 
 def _names(names: list[str], shown: int = 5) -> str:
