@@ -178,3 +178,16 @@ def test_summary_alone():
         "findings: 11 (3 critical, 5 high, 3 medium, 0 low, 0 info)",
         "checks: 54 pass, 10 fail, 1 warn, 1 skip, 0 error",
     ]
+
+
+def test_a_long_status_or_rule_from_a_host_does_not_widen_the_matrix():
+    doc = fleet60()
+    doc["hosts"]["gpu-001"]["status"] = "s" * 300
+    doc["hosts"]["gpu-002"]["findings"].append(
+        {"rule": "R-" + "X" * 200, "status": "fail", "severity": "bogus", "area": "cpu", "observed": 1, "expected": 2}
+    )
+    for width in (None, 80):
+        lines = render_terminal(doc, color=True, width=width).splitlines()
+        header = next(line for line in lines if line.startswith("HOST "))
+        assert len(header) <= 9 + 11 + 2 + 6 * 14
+        assert any(line.startswith("BOGUS R-" + "X" * 200 + " fails on 1 of 1 host: gpu-002") for line in lines)

@@ -217,7 +217,8 @@ def _rollup(report: dict, paint: _Painter, width: int | None) -> tuple[list[str]
             line = prefix + _host_list([clean(n) for n in r[key]], room - len(prefix))
             if first:
                 code = _SEVERITY_COLOR.get(r["severity"]) if key == "fail" else _STATE_COLOR.get(key)
-                line = paint(f"{sev:<4}", code) + line[4:]
+                tag = f"{sev:<4}"
+                line = paint(tag, code) + line[len(tag) :]
             out.append(line)
             first = False
         title = clean(r["title"]) + (f" ({clean(r['area'])})" if r.get("area") else "")
@@ -239,7 +240,7 @@ def _matrix_widths(names: list[str], hosts: dict, width: int | None) -> tuple[in
     than it, cells down to 9 columns, then the status to 7, then the host names cut (\u2026) to fit."""
     host_w = min(max([4] + [len(clean(n)) for n in names]), MAX_HOST_WIDTH)
     statuses = [clean(h.get("status") or "?") for h in hosts.values() if isinstance(h, dict)]
-    status_w = max([len("STATUS")] + [len(st) for st in statuses])
+    status_w = min(max([len("STATUS")] + [len(st) for st in statuses]), len("unreachable"))  # longer: cut (\u2026)
     cell_w = CELL_WIDTH
     if width is None:
         return host_w, status_w, cell_w
