@@ -39,7 +39,7 @@ def new(old):
 
 def test_same_report_has_no_changes(old):
     d = diff_reports(old, old)
-    assert d["totals"] == {"fixed": 0, "new": 0, "unchanged": 11, "unverified": 0, "policy": 0}
+    assert d["totals"] == {"fixed": 0, "new": 0, "unchanged": 11, "unverified": 0, "policy": 0, "enabled": 0}
     assert d["only_old"] == d["only_new"] == []
     assert d["hosts"][A100]["unchanged"] == sorted(
         f["rule"] for f in old["hosts"][A100]["findings"] if f["status"] in ("fail", "warn")
@@ -68,12 +68,13 @@ def test_fixed_new_unchanged(old, new):
         "unchanged": [],
         "unverified": [],
         "policy": [],
+        "enabled": [],
         "status": {"old": "ok", "new": "ok"},
         "rules": {},
     }
     assert d["only_old"] == ["sg-l40s-03"]
     assert d["only_new"] == ["iad-h100-04"]
-    assert d["totals"] == {"fixed": 2, "new": 1, "unchanged": 7, "unverified": 2, "policy": 0}
+    assert d["totals"] == {"fixed": 2, "new": 1, "unchanged": 7, "unverified": 2, "policy": 0, "enabled": 0}
     assert d["runs"] == {"old": "6f0d3c1e-8a52-4e8b-9d0a-2b7c41f5e9a3", "new": "7a1e4b2c-0000-4000-8000-000000000002"}
 
 
@@ -153,3 +154,43 @@ def test_a_host_policy_digest_that_differs_is_named(old, new):
     assert f"the policy changed between the runs on: {A100}" in render_diff(d)
     del new["hosts"][A100]["policy_digest"]  # an older report: nothing to compare
     assert diff_reports(old, new)["policy_hosts"] == []
+
+
+@pytest.mark.parametrize(
+    "off",
+    [
+        "disabled by policy (rules.GPU-HLT-001.enabled: false)",
+        "severity critical is below policy min_severity critical",
+    ],
+)
+def test_a_rule_the_policy_turned_back_on_is_not_new(old, off):
+    """GPU-HLT-001 was skipped by the old run's policy (disabled, or under min_severity) and fails now: the policy
+    turned it on, the host did not change (issue 29: it was listed as new, and tripped --fail-on)."""
+    before = copy.deepcopy(old)
+    was = next(f for f in before["hosts"][A100]["findings"] if f["rule"] == "GPU-HLT-001")
+    was.update(status="skip", message=off)
+    after = copy.deepcopy(old)
+    _set_status(after, A100, "GPU-HLT-001", "fail")
+    d = diff_reports(before, after)
+    h = d["hosts"][A100]
+    assert h["new"] == [] and h["enabled"] == ["GPU-HLT-001"]
+    assert h["rules"]["GPU-HLT-001"]["was_off"] == off
+    assert d["totals"]["new"] == 0 and d["totals"]["enabled"] == 1
+    text = render_diff(d)
+    assert "0 new" in text and "1 turned on by the new policy" in text
+    assert any(line.split()[:2] == ["enabled", "GPU-HLT-001"] for line in text.splitlines())
+    assert f"policy: the old run skipped it ({off})" in text
+    from gpufleet.commands.report import new_failures
+
+    assert new_failures(d, "info") == []  # `report diff --fail-on` gates on new failures: this is none
+
+
+def test_a_rule_skipped_for_another_reason_that_fails_now_is_new(old):
+    before = copy.deepcopy(old)
+    was = next(f for f in before["hosts"][A100]["findings"] if f["rule"] == "GPU-HLT-001")
+    was.update(status="skip", message="no GPU could be read")
+    after = copy.deepcopy(old)
+    _set_status(after, A100, "GPU-HLT-001", "fail")
+    h = diff_reports(before, after)["hosts"][A100]
+    assert h["new"] == ["GPU-HLT-001"] and h["enabled"] == []
+    assert "turned on by" not in render_diff(diff_reports(before, after))

@@ -13,6 +13,8 @@ A finding is a rule whose status is fail or warn. For a host in both reports:
   counted as fixed;
 - ``policy``: a finding in the old report whose rule now passes against a different target (the finding's
   ``expected`` changed: the policy changed, not the host). Not counted as fixed either.
+- ``enabled``: a finding in the new report whose rule the old run's policy had turned off (skipped as disabled, or
+  below its ``min_severity``): the policy turned it back on; the host may have failed it all along. Not new.
 
 Policies: a report records the --policy files of its run (``run.policy_sources``) and, in every finding, the
 target the policy set (``expected``). Different policy files, or a rule judged against a different target, are
@@ -27,11 +29,14 @@ from typing import Any
 from . import schema
 from .terminal import clean
 
-BUCKETS = ("fixed", "new", "unchanged", "unverified", "policy")
+BUCKETS = ("fixed", "new", "unchanged", "unverified", "policy", "enabled")
+# Shown in the totals only when a finding is in them (empty when both runs used the same policy).
+POLICY_BUCKETS = ("policy", "enabled")
 
 
 LABELS = {b: b for b in BUCKETS}
 LABELS["policy"] = "passes under the new policy"
+LABELS["enabled"] = "turned on by the new policy"
 
 
 def _results(host: Any) -> dict[str, dict]:
@@ -49,7 +54,7 @@ def diff_reports(old: dict, new: dict) -> dict[str, Any]:
                           "status": {"old": str, "new": str},
                           "rules": {rule id: {"title", "area", "severity", "old", "new"}}}},
          "only_old": [host names], "only_new": [host names],
-         "totals": {"fixed": n, "new": n, "unchanged": n, "unverified": n, "policy": n},
+         "totals": {"fixed": n, "new": n, "unchanged": n, "unverified": n, "policy": n, "enabled": n},
          "runs": {"old": run id, "new": run id},
          "policy_sources": {"old": [paths], "new": [paths]} or None when the same,
          "policy_hosts": [host names whose policy_digest differs]}
@@ -100,13 +105,25 @@ def _target_changed(was: dict | None, now: dict | None) -> bool:
     return old is not None and new is not None and old != new
 
 
+def _off_by_policy(was: dict | None) -> str | None:
+    """The old run's reason when its policy had turned the rule off (the skip messages rules.evaluate gives a
+    rule disabled by ``rules.<id>.enabled: false`` or below ``min_severity``), else None."""
+    if not was or was.get("status") != "skip":
+        return None
+    message = str(was.get("message") or "")
+    if message.startswith("disabled by policy") or " is below policy min_severity " in message:
+        return message
+    return None
+
+
 def diff_host(old_host: Any, new_host: Any) -> dict[str, Any]:
     """One host's findings in two reports (``hosts[name]`` of each): ``{"fixed": [rule ids], "new": [...],
     "unchanged": [...], "unverified": [...], "policy": [...], "status": {"old", "new"}, "rules": {rule id:
     {...}}}``, as in ``diff_reports``. ``fixed`` means the rule passed, against the same target, in the new report
     of a host audited there (status ok); a rule skipped, errored or absent there is ``unverified``; one that passes
     against another target is ``policy``. Each rule whose target changed has ``expected: {"old", "new"}`` in
-    ``rules``. Also what ``gpufleet remediate`` reports per host."""
+    ``rules``; a finding whose rule the old run's policy had turned off is ``enabled`` (not ``new``), with
+    ``was_off`` (the old run's reason) in ``rules``. Also what ``gpufleet remediate`` reports per host."""
     before, after = _results(old_host), _results(new_host)
     new_audited = _status(new_host) == "ok"
     buckets: dict[str, list[str]] = {b: [] for b in BUCKETS}
@@ -116,7 +133,7 @@ def diff_host(old_host: Any, new_host: Any) -> dict[str, Any]:
         if was and now:
             buckets["unchanged"].append(rule)
         elif now:
-            buckets["new"].append(rule)
+            buckets["enabled" if _off_by_policy(before.get(rule)) else "new"].append(rule)
         elif was:
             if new_audited and rule in after and after[rule].get("status") == "pass":
                 buckets["policy" if _target_changed(before[rule], after[rule]) else "fixed"].append(rule)
@@ -135,6 +152,8 @@ def diff_host(old_host: Any, new_host: Any) -> dict[str, Any]:
             }
             if _target_changed(before.get(rule), after.get(rule)):
                 rules[rule]["expected"] = {"old": before[rule]["expected"], "new": after[rule]["expected"]}
+            if bucket == "enabled":
+                rules[rule]["was_off"] = _off_by_policy(before.get(rule))
     return {**buckets, "status": {"old": _status(old_host), "new": _status(new_host)}, "rules": rules}
 
 
@@ -147,8 +166,9 @@ def render_diff(d: dict) -> str:
     if runs.get("old") or runs.get("new"):
         head += f"  {clean(runs.get('old') or '?')} -> {clean(runs.get('new') or '?')}"
     out.append(head)
-    # The policy bucket is shown only when a finding is in it (it is empty when both runs used the same policy).
-    out.append(", ".join(f"{totals.get(b, 0)} {LABELS[b]}" for b in BUCKETS if b != "policy" or totals.get(b)))
+    # The policy buckets are shown only when a finding is in them (empty when both runs used the same policy).
+    shown = [b for b in BUCKETS if b not in POLICY_BUCKETS or totals.get(b)]
+    out.append(", ".join(f"{totals.get(b, 0)} {LABELS[b]}" for b in shown))
     sources = d.get("policy_sources")
     if sources:
         out.append(
@@ -182,6 +202,8 @@ def render_diff(d: dict) -> str:
                     f"  {bucket:<10} {clean(rule):<12} {clean(r.get('severity') or ''):<8} "
                     f"{clean(r.get('area') or ''):<9} {clean(r.get('title') or '')}{change}"
                 )
+                if r.get("was_off"):
+                    out.append(f"  {'':<10} policy: the old run skipped it ({clean(r['was_off'])})")
                 if r.get("expected"):
                     out.append(
                         f"  {'':<10} policy: expected {clean(schema.format_value(r['expected']['old']))} "

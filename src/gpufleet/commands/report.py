@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Compare two audit reports, host by host: findings fixed, new, unchanged, unverified (the host "
         "or rule was not audited the second time) and those that pass only because the policy changed. Each report "
         "is a report.json or a run directory. The runs' policies are compared: a finding gone because the policy "
-        "changed is not called fixed.",
+        "changed is not called fixed, one whose rule the policy turned back on is not called new (enabled).",
         examples="""
   gpufleet report diff reports/20261130T080000Z reports/latest
   gpufleet report diff before/report.json after/report.json
