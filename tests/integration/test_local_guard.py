@@ -30,7 +30,8 @@ BIN = Path(sys.executable).parent
 VARIABLE = "gpufleet_allow_local_changes"
 GUARD_TASK = "Refuse to change the controller unless the inventory marks it (gpufleet_allow_local_changes)"
 # The playbooks that only read: they keep working on localhost (`make audit`). Every other playbook changes hosts.
-READ_ONLY = {"audit", "probe", "topology"}
+# links measures: a bounded iperf3 server and client, no setting changed.
+READ_ONLY = {"audit", "probe", "topology", "links"}
 CHANGING = sorted(p.stem for p in (REPO / "playbooks").glob("*.yml") if p.stem not in READ_ONLY)
 NO_SUCH_TAG = "no-task-has-this-tag"
 
@@ -283,9 +284,9 @@ def test_cli_bad_mark_is_a_usage_error(tmp_path):
 
 
 def test_cli_marked_inventory_runs_the_playbook(tmp_path):
-    """Marked: the rollback playbook runs (and finds no record under the temp dir: exit 2, not a usage error)."""
+    """Marked: the rollback playbook runs (and finds no record under the temp dir: nothing to restore, exit 0)."""
     inventory = _cli_inventory(tmp_path, **{VARIABLE: True})
     proc = _gpufleet("rollback", "-i", str(inventory), "--check")
-    assert proc.returncode == exits.EXIT_HOSTS, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == exits.EXIT_OK, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "refusing" not in proc.stdout + proc.stderr
-    assert "controller: rollback FAILED" in proc.stdout
+    assert "controller: nothing to restore" in proc.stdout

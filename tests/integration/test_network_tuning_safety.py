@@ -19,7 +19,7 @@ from gpufleet.runner import run_playbook
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "inventories" / "example" / "group_vars"
+EXAMPLE = REPO / "inventories" / "example" / "inventory" / "group_vars"
 HOST_KEYS = ("tcp_rmem", "tcp_wmem", "tcp_congestion_control", "tcp_mtu_probing", "tcp_slow_start_after_idle")
 
 AUDIT = """
