@@ -38,10 +38,16 @@ def test_fail_on_threshold(demo_built, tmp_path):
     # iad-a100-02 fails only a low-severity rule (GPU-ECC-002).
     args = ("audit", "-i", str(DEMO), "--limit", "iad-a100-02", "--out", str(tmp_path))
     assert gpufleet(*args, "--fail-on", "medium").returncode == 0
-    proc = gpufleet(*args, "--fail-on", "low")
+    proc = gpufleet(*args, "--fail-on", "low", "--quiet")
     assert proc.returncode == 1
     assert "gpufleet: exit 1: 1 finding at or above low (--fail-on low)" in proc.stderr  # issue 15: say why
-    assert gpufleet(*args).returncode == 0  # default: report, do not gate
+    # issue 29: --quiet prints the totals only, without progress
+    assert [line.split(":")[0] for line in proc.stdout.splitlines()] == ["hosts", "findings", "checks"]
+    assert "[1/1]" not in proc.stderr and "auditing" not in proc.stderr
+    proc = gpufleet(*args, "--json")
+    assert proc.returncode == 0  # default: report, do not gate
+    report = json.loads(proc.stdout)  # issue 29: --json is the report alone on stdout
+    assert [f["rule"] for f in report["hosts"]["iad-a100-02"]["findings"] if f["status"] == "fail"] == ["GPU-ECC-002"]
 
 
 def test_unreachable_and_failed_hosts_exit_2_and_are_reported(demo_built, tmp_path):
