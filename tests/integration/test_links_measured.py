@@ -1,13 +1,13 @@
 """`gpufleet links` over the lab's emulated long link: two network namespaces, sg (10.250.1.2) and eu (10.251.1.2),
-joined through a router namespace where bench/wanemu.c holds each packet 90 ms each way (180 ms RTT) at a 1 Gbit/s
+joined through a router namespace where bench/wanemu.c holds each packet 90 ms each way (180 ms RTT) at a 500 Mbit/s
 bottleneck (bench/benchlib/lab.py, as bench/wan.py builds it). Each namespace is an inventory host on the local
 connection whose modules run inside it (labkit.ns_python), its address on the link its ansible_host.
 
-The link is declared at 2 Gbit/s, twice what the emulated path carries. With stock buffers (4 MiB tcp_wmem max) the
+The link is declared at 2 Gbit/s, four times what the emulated path carries. With stock buffers (4 MiB tcp_wmem max) the
 command finds the hosts' buffers the limit (4 streams x 4 MiB / 180 ms < 2 Gbit/s); with tuned buffers (64 MiB,
 BBR) in the namespaces it measures more and finds the path the limit: NET-LINK-001 fails. A receiver without iperf3
 (hidden in a mount namespace of its own) is a clear error and exit 2. Only the test's own addresses are reached;
-sysctls are set inside the namespaces only. About 40 s: 3 s of iperf3 per run after 1 s of slow start left out.
+sysctls are set inside the namespaces only. About 40 s: 3 s of iperf3 per run after 2 s of slow start left out.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ TUNED = {
     "net.ipv4.tcp_wmem": f"4096 16384 {64 * MIB}",
     "net.ipv4.tcp_congestion_control": "bbr",
 }
-RATE_MBIT = 500.0  # the emulated path; half of what the policy declares
-POLICY = {"site": "sg", "sites": {"sg": {"links": {"eu": {"rtt_ms": 180, "bandwidth_gbps": 1}}}}}
+RATE_MBIT = 500.0  # the emulated path: a quarter of what the policy declares, well under link_min_pct (50 %)
+POLICY = {"site": "sg", "sites": {"sg": {"links": {"eu": {"rtt_ms": 180, "bandwidth_gbps": 2}}}}}
 ROOT_KEYS = ("tcp_rmem", "tcp_wmem", "tcp_congestion_control")
 
 pytestmark = [
@@ -137,7 +137,7 @@ def test_stock_is_host_limited_tuned_gains_and_finds_the_path(tmp_path, link):
         assert (m["site"], m["peer_site"], m["sender"], m["receiver"]) == ("sg", "eu", "sg1", "eu1")
         assert m["address"] == link.addr("b", 1)  # the receiver's inventory address, nothing else
         assert 170 <= m["rtt_ms"] <= 260, m  # TCP's own RTT over the emulated 180 ms
-        assert m["declared_gbps"] == 1.0 and m["streams"] == 4
+        assert m["declared_gbps"] == 2.0 and m["streams"] == 4
     assert before["sender_wmem_max"] == 4 * MIB and before["bdp_limit_mbps"] < 200
     assert before["verdict"] == "host-limited (buffers)", before
     assert after["sender_wmem_max"] == 64 * MIB and after["bdp_limit_multi_mbps"] > 1000
