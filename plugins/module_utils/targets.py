@@ -8,6 +8,13 @@ The remediation runs ``gpufleet.tuning.remediation_targets`` once per host at it
 (``gpufleet_targets.roles.<role>``) and set exactly it, so the audit's expected value and the role's value come from
 one function. A role's public variable that takes the place of a policy value (``Rule.role_vars``) is given to the
 rule's target and listed in ``overrides``.
+
+A role sets a rule's values only where the rule needs fixing: the audit's own check, run on the same facts and policy
+(``rules.evaluate``), does not pass (``apply``). A rule that passes is left alone - its values already hold - unless
+the play asks to make them persistent as well (``persist``: ``gpufleet_remediate_persist``) or one of the rule's role
+variables is set (an explicit request to set that value). A rule the check cannot judge here (skip: its facts are not
+readable, the policy turns it off, it is below min_severity; or error) keeps being applied, as before: the role's own
+modules change only what differs.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -24,7 +31,7 @@ GATHER = {
     "nvidia_driver": (),
     "host_tuning": ("host",),
     "network_tuning": ("host", "network"),
-    "gpu_runtime": (),
+    "gpu_runtime": ("gpu",),
 }
 
 
@@ -62,19 +69,42 @@ def _dotted(policy, key):
     return node, True
 
 
-def compute(facts, policy, role_vars=None, roles=ROLES, catalog=None):
+# Role variables that choose what a target covers (which NICs), not a value to set: setting one alone is not a
+# request to apply the rule on a host where it passes.
+SELECTORS = ("network_tuning_interfaces",)
+
+# The statuses of a rule that is applied without being asked (``persist`` or a role variable): anything but a pass.
+PASSING = ("pass",)
+
+
+def verdicts(facts, policy, roles=ROLES, catalog=None):
+    """``{rule id: status}`` of every fixable rule of ``roles``: the audit's own judgement (``rules.evaluate``: the
+    policy's ``rules.<id>.enabled``, severities and min_severity included) on ``facts`` and ``policy``."""
+    return dict((f["rule"], f["status"]) for f in rules.evaluate(facts, policy, fixable(roles, catalog)))
+
+
+def compute(facts, policy, role_vars=None, roles=ROLES, catalog=None, persist=False):
     """``{"roles": {role: {key: value}}, "overrides": [{variable, value, policy_key, policy_value}], "rules":
-    {rule id: [keys]}}`` for ``facts`` (the audit's shape) and ``policy`` (validated).
+    {rule id: [keys]}, "verdicts": {rule id: status}, "apply": [rule id], "passing": [rule id], "failing":
+    [rule id]}`` for ``facts`` (the audit's shape) and ``policy`` (validated).
 
     ``role_vars``: the public role variables by name; None means not set. Each override row names the policy key the
     variable replaces and the policy's value there (or, for a derived target with no policy key of its own, what the
     policy's arithmetic gives).
+
+    ``apply``: the rules whose values the roles set, in catalog order - every rule whose check does not pass
+    (``verdicts``), and a passing one only when ``persist`` is true or one of its role variables (not a
+    ``SELECTORS`` one) is set. ``passing``: the rules whose check passes; ``failing``: those that fail or warn.
     """
     role_vars = dict((k, v) for k, v in (role_vars or {}).items() if v is not None)
     out = dict((role, {}) for role in roles)
-    overrides, by_rule = [], {}
+    overrides, by_rule, apply = [], {}, []
+    judged = verdicts(facts, policy, roles, catalog)
     for rule in fixable(roles, catalog):
         given = dict((rv.key, role_vars[rv.variable]) for rv in rule.role_vars if rv.variable in role_vars)
+        asked = any(rv.variable in role_vars and rv.variable not in SELECTORS for rv in rule.role_vars)
+        if judged[rule.id] not in PASSING or persist or asked:
+            apply.append(rule.id)
         values = rule.target(facts, policy, given)
         by_rule[rule.id] = sorted(values)
         out[rule.fix["role"]].update(values)
@@ -95,7 +125,15 @@ def compute(facts, policy, role_vars=None, roles=ROLES, catalog=None):
                     "policy_value": value if found else plain.get(rv.key),
                 }
             )
-    return {"roles": out, "overrides": overrides, "rules": by_rule}
+    return {
+        "roles": out,
+        "overrides": overrides,
+        "rules": by_rule,
+        "verdicts": judged,
+        "apply": apply,
+        "passing": [r for r in judged if judged[r] == "pass"],
+        "failing": [r for r in judged if judged[r] in ("fail", "warn")],
+    }
 
 
 def interfaces(policy, role_vars=None):

@@ -23,6 +23,10 @@ description:
     value a role sets is the one the audit expects.
   - A role's public variable set in the inventory (for example C(host_tuning_swappiness)) takes the place of the
     policy's value for its target; each one set is listed in RV(overrides).
+  - Judges each fixable rule with the audit's own check on the same facts and policy (RV(verdicts)): the roles set
+    a rule's values only where it does not pass (RV(apply)). A passing rule's values already hold and are left
+    alone, unless O(persist) is true or one of the rule's role variables is set (an explicit request); a rule the
+    check cannot judge here (skip, error) is applied as before.
   - C(playbooks/remediate.yml) runs it once per host at the start and registers C(gpufleet_targets); a role run on
     its own runs it itself when C(gpufleet_targets) is not defined.
   - This module never changes anything.
@@ -52,6 +56,13 @@ options:
   ethtool_path:
     description: Path of ethtool (default - searched in PATH).
     type: path
+  persist:
+    description:
+      - Apply the rules that pass too, so that their values (already in effect) are made persistent (sysctl.d,
+        limits.d, the boot-time apply scripts). C(playbooks/remediate.yml) passes C(gpufleet_remediate_persist)
+        (C(gpufleet remediate --persist)).
+    type: bool
+    default: false
   policy:
     description:
       - The policy layers, first to last (C(policy.LAYERS)). The action plugin fills it in from the host's
@@ -66,6 +77,10 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.tuning.attributes.read_only
+  - gpufleet.tuning.gpu_reader
+notes:
+  - The GPU options (O(backend), O(nvml_library), O(nvidia_smi_path)) are used when C(gpu_runtime) is asked - its
+    rules are judged from the GPUs' state, read as M(gpufleet.tuning.audit) reads it.
 """
 
 EXAMPLES = r"""
@@ -98,6 +113,33 @@ rules:
   returned: always
   type: dict
   sample: {"HOST-MEM-002": ["swappiness"]}
+verdicts:
+  description:
+    - Per fixable rule of the roles asked, its status as the audit's check gives it on the facts gathered here
+      (pass, fail, warn, skip, error; the policy's C(rules) and C(min_severity) included).
+  returned: always
+  type: dict
+  sample: {"HOST-MEM-002": "pass", "HOST-CPU-001": "fail", "GPU-PWR-001": "pass"}
+apply:
+  description:
+    - The rules whose values the roles set, in catalog order - every rule that does not pass; a passing rule only
+      with O(persist) or when one of its role variables is set. The roles skip the tasks of the others.
+  returned: always
+  type: list
+  elements: str
+  sample: ["HOST-CPU-001"]
+passing:
+  description: The fixable rules whose check passes on this host (their values already hold).
+  returned: always
+  type: list
+  elements: str
+  sample: ["HOST-MEM-002", "GPU-PWR-001"]
+failing:
+  description: The fixable rules whose check fails or warns on this host.
+  returned: always
+  type: list
+  elements: str
+  sample: ["HOST-CPU-001"]
 overrides:
   description: The roles' public variables that took a policy value's place.
   returned: always
@@ -114,7 +156,7 @@ links:
 from ansible.module_utils.basic import AnsibleModule
 # First: every module_utils file below is then compiled once per run, not twice (zipimport_once.py says why).
 from ansible_collections.gpufleet.tuning.plugins.module_utils import zipimport_once  # noqa: F401  # pylint: disable=unused-import
-from ansible_collections.gpufleet.tuning.plugins.module_utils import audit_core, rules, targets
+from ansible_collections.gpufleet.tuning.plugins.module_utils import audit_core, gpu, rules, targets
 from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, from_option
 
 ROLES = list(targets.ROLES)
@@ -143,17 +185,19 @@ def gather(module, policy, roles, role_vars):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            gpu.READER_SPEC,
             roles=dict(type="list", elements="str", choices=ROLES, default=ROLES),
-            root=dict(type="path", default="/"),
             sample_seconds=dict(type="float", default=1.0),
             peer_timeout=dict(type="float", default=3.0),
             ethtool_path=dict(type="path"),
             policy=dict(type="list", elements="raw"),
             role_vars=dict(type="dict"),
+            persist=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    gpu.check_reader_params(module)
     if not 0 <= p["sample_seconds"] <= 60:
         module.fail_json(msg="sample_seconds: must be between 0 and 60, got %s" % p["sample_seconds"])
     if not 0 < p["peer_timeout"] <= 60:
@@ -172,7 +216,7 @@ def main():
     roles = [r for r in ROLES if r in p["roles"]]
     facts = gather(module, policy, roles, role_vars)
     try:
-        out = targets.compute(facts, policy, role_vars, roles=roles)
+        out = targets.compute(facts, policy, role_vars, roles=roles, persist=p["persist"])
     except ValueError as exc:  # a role variable the target cannot use: the message names it and what it takes
         module.fail_json(msg="role_vars: %s" % exc)
     module.exit_json(changed=False, policy=policy, links=facts.get("links") or {}, **out)
