@@ -50,6 +50,16 @@ def unit_text(ip_bin, argvs):
     return "\n".join(lines) + "\n"
 
 
+# The options route_congctl and route_follow share, checked by validate() (documented by the doc fragment
+# gpufleet.tuning.route_congctl).
+ARGUMENT_SPEC = dict(
+    prefixes=dict(type="list", elements="str", required=True),
+    congestion_control=dict(type="str", required=True),
+    unit_dir=dict(type="path", default="/etc/systemd/system"),
+    available_path=dict(type="path", default="/proc/sys/net/ipv4/tcp_available_congestion_control"),
+)
+
+
 def validate(module):
     """The prefixes as networks; fails naming the field when one is not a network or the algorithm is unknown."""
     p = module.params

@@ -35,33 +35,15 @@ description:
 author:
   - gpufleet contributors (@gpufleet)
 options:
-  prefixes:
-    description: Networks (CIDR, IPv4 or IPv6, host bits zero) whose routes get the congestion control.
-    type: list
-    elements: str
-    required: true
-  congestion_control:
-    description:
-      - Congestion control for those routes, as in C(net.ipv4.tcp_available_congestion_control) (e.g. C(bbr)).
-      - The kernel must offer it; the module fails naming the ones it offers otherwise.
-    type: str
-    required: true
   persist:
     description: Write the commands to the boot unit.
     type: bool
     default: true
-  unit_dir:
-    description: Directory of the boot unit.
-    type: path
-    default: /etc/systemd/system
-  available_path:
-    description: File listing the available congestion controls (tests point it elsewhere).
-    type: path
-    default: /proc/sys/net/ipv4/tcp_available_congestion_control
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.tuning.attributes.changing
   - gpufleet.tuning.rollback
+  - gpufleet.tuning.route_congctl
 """
 
 EXAMPLES = r"""
@@ -103,11 +85,8 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback, r
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            prefixes=dict(type="list", elements="str", required=True),
-            congestion_control=dict(type="str", required=True),
             persist=dict(type="bool", default=True),
-            unit_dir=dict(type="path", default="/etc/systemd/system"),
-            available_path=dict(type="path", default="/proc/sys/net/ipv4/tcp_available_congestion_control"),
+            **route_congctl.ARGUMENT_SPEC,
             **rollback.ARGUMENT_SPEC,
         ),
         supports_check_mode=True,

@@ -38,17 +38,6 @@ description:
 author:
   - gpufleet contributors (@gpufleet)
 options:
-  prefixes:
-    description: Networks (CIDR, IPv4 or IPv6, host bits zero) whose connections get the congestion control.
-    type: list
-    elements: str
-    required: true
-  congestion_control:
-    description:
-      - Congestion control for them, as in C(net.ipv4.tcp_available_congestion_control) (e.g. C(bbr)).
-      - The kernel must offer it; the module fails naming the ones it offers otherwise.
-    type: str
-    required: true
   table:
     description: The routing table of gpufleet's own (a table id the host does not use otherwise).
     type: int
@@ -61,10 +50,6 @@ options:
     description: The service's configuration (JSON - prefixes, congestion control, table, priority).
     type: path
     default: /etc/gpufleet/route-follow.json
-  unit_dir:
-    description: Directory of the unit C(gpufleet-route-follow.service).
-    type: path
-    default: /etc/systemd/system
   lib_dir:
     description: Directory holding C(route_follow.py) and C(routes.py) on the host (the unit's program).
     type: path
@@ -73,14 +58,11 @@ options:
     description: The Python 3 interpreter the unit runs the program with.
     type: path
     default: /usr/bin/python3
-  available_path:
-    description: File listing the available congestion controls (tests point it elsewhere).
-    type: path
-    default: /proc/sys/net/ipv4/tcp_available_congestion_control
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.tuning.attributes.changing
   - gpufleet.tuning.rollback
+  - gpufleet.tuning.route_congctl
 """
 
 EXAMPLES = r"""
@@ -124,15 +106,12 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback, r
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            prefixes=dict(type="list", elements="str", required=True),
-            congestion_control=dict(type="str", required=True),
             table=dict(type="int", default=7250),
             priority=dict(type="int", default=32765),
             config_path=dict(type="path", default="/etc/gpufleet/route-follow.json"),
-            unit_dir=dict(type="path", default="/etc/systemd/system"),
             lib_dir=dict(type="path", default="/usr/local/lib/gpufleet"),
             python=dict(type="path", default="/usr/bin/python3"),
-            available_path=dict(type="path", default="/proc/sys/net/ipv4/tcp_available_congestion_control"),
+            **route_congctl.ARGUMENT_SPEC,
             **rollback.ARGUMENT_SPEC,
         ),
         supports_check_mode=True,
