@@ -21,13 +21,17 @@ DMABUF_NEEDS = {
 CLOUD_DOCS = {"azure": sources.AZURE_INFINIBAND[1], "aws": sources.AWS_EFA_NCCL[1]}
 
 
-def _gpudirect(facts):
-    """(facts["gpudirect"], None) where the rules apply, else (None, the skip result)."""
+def _gpudirect(facts, physical=None):
+    """(facts["gpudirect"], None) where the rules apply, else (None, the skip result). ``physical``: what of the
+    physical host the check judges (ACS, the IOMMU): on a virtual machine the hypervisor owns it, so the check skips."""
     gd = facts.get("gpudirect")
     if gd is None:
         return None, skip("GPUDirect facts not gathered (the audit reads them with the GPU facts)")
     if not gd.get("applies"):
         return None, skip(gd.get("reason") or "no GPUDirect facts")
+    vm = _vm_skip(gd, physical) if physical else None
+    if vm:
+        return None, vm
     return gd, None
 
 
@@ -96,12 +100,9 @@ def check_peer_memory(facts, pol):
 
 
 def check_acs(facts, pol):
-    gd, skipped = _gpudirect(facts)
+    gd, skipped = _gpudirect(facts, physical="PCIe Access Control Services")
     if skipped:
         return skipped
-    vm = _vm_skip(gd, "PCIe Access Control Services")
-    if vm:
-        return vm
     paths = gd.get("acs") or []
     judged = [p for p in paths if p.get("bridges")]
     if not judged:
@@ -153,12 +154,9 @@ def _passthrough_param(gd):
 
 
 def check_iommu(facts, pol):
-    gd, skipped = _gpudirect(facts)
+    gd, skipped = _gpudirect(facts, physical="the IOMMU")
     if skipped:
         return skipped
-    vm = _vm_skip(gd, "the IOMMU")
-    if vm:
-        return vm
     io = gd.get("iommu") or {}
     mode = io.get("mode")
     observed = {"mode": mode, "cmdline": io.get("cmdline") or {}, "groups": io.get("groups") or {}}
