@@ -33,6 +33,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import watch_families
 import watchlab
 import yaml
 
@@ -54,25 +55,7 @@ LOST = {"gpu.1.lost": "1"}
 # A100 default and maximum 400 W: a limit of 250 W is a cap the policy did not ask for (GPU-PWR-002).
 CAPPED = {"gpu.0.power_limit_mw": "250000", "gpu.0.enforced_power_limit_mw": "250000"}
 # The watch's families (docs: issue 16's design) that a run without Slurm writes.
-WATCH_FAMILIES = {
-    "gpufleet_finding",
-    "gpufleet_host_findings",
-    "gpufleet_host_up",
-    "gpufleet_audit_timestamp_seconds",
-    "gpufleet_audit_complete",
-    "gpufleet_watch_info",
-    "gpufleet_watch_interval_seconds",
-    "gpufleet_watch_run_duration_seconds",
-    "gpufleet_watch_run_cpu_seconds",
-    "gpufleet_watch_last_run_ok",
-    "gpufleet_watch_last_success_timestamp_seconds",
-    "gpufleet_watch_finding_since_timestamp_seconds",
-    # the hardware baseline the role's first run records (issue 25): recorded, seen, differences, when
-    "gpufleet_watch_baseline",
-    "gpufleet_watch_baseline_seen",
-    "gpufleet_watch_baseline_differences",
-    "gpufleet_watch_baseline_recorded_timestamp_seconds",
-}
+WATCH_FAMILIES = watch_families.ALL - watch_families.SLURM
 
 _GET = "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())"
 

@@ -422,6 +422,30 @@ HEALTHY = {
 }
 
 
+def probe_job(name: str) -> dict:
+    """One GPU process as probe.collect samples it (module_utils/probe.py's shape): PID 700, named ``name``, pinned to
+    CPU 0 and saturating it with 2 threads, on GPU 0 - what test_probe.py's simulated host gives, and the job of the
+    hostile-terminal tests' sample."""
+    return {
+        "pid": 700,
+        "visible": True,
+        "name": name,
+        "state": "R",
+        "threads": 2,
+        "cpu_pct": 100.0,
+        "busiest_thread_pct": 95.0,
+        "allowed_cpus": "0",
+        "allowed_count": 1,
+        "pinned": True,
+        "allowed_busy_pct": 100.0,
+        "own_share_pct": 100.0,
+        "saturation_pct": 100.0,
+        "last_cpu": {"0": {"threads": 2, "cpu_pct": 100.0}},
+        "gpus": [0],
+        "used_memory_mib": 2048,
+    }
+
+
 def healthy() -> dict:
     return copy.deepcopy(HEALTHY)
 

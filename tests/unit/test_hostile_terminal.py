@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import report_fixtures
+import rule_facts
 from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as pol_mod
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import balance
@@ -58,24 +59,7 @@ def inert(text: str, lines: int | None = None) -> list[str]:
 
 def _sample():
     """A probe sample (module_utils/probe.py's shape) with a job whose name is COMM, pinned to one CPU."""
-    job = {
-        "pid": 700,
-        "visible": True,
-        "name": COMM,
-        "state": "R",
-        "threads": 2,
-        "cpu_pct": 100.0,
-        "busiest_thread_pct": 95.0,
-        "allowed_cpus": "0",
-        "allowed_count": 1,
-        "pinned": True,
-        "allowed_busy_pct": 100.0,
-        "own_share_pct": 100.0,
-        "saturation_pct": 100.0,
-        "last_cpu": {"0": {"threads": 2, "cpu_pct": 100.0}},
-        "gpus": [0],
-        "used_memory_mib": 2048,
-    }
+    job = rule_facts.probe_job(COMM)
     gone = {"pid": 800, "visible": False, "error": "exited " + MESSAGE, "gpus": [1]}
     gpu = {
         "index": 0,

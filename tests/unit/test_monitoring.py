@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import watch_families
 import yaml
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
 
@@ -25,28 +26,8 @@ ALERTS = MONITORING / "prometheus" / "gpufleet-alerts.yml"
 ALERT_TESTS = sorted((MONITORING / "prometheus" / "tests").glob("*.yml"))
 DASHBOARD = MONITORING / "grafana" / "gpufleet-dashboard.json"
 
-# The textfile the watch writes (<watch.textfile_dir>/gpufleet.prom) - the first four shared with the controller's
-# report (plugins/plugin_utils/report/prometheus.py).
-WATCH_METRICS = {
-    "gpufleet_finding",
-    "gpufleet_host_findings",
-    "gpufleet_host_up",
-    "gpufleet_audit_timestamp_seconds",
-    "gpufleet_audit_complete",
-    "gpufleet_watch_info",
-    "gpufleet_watch_interval_seconds",
-    "gpufleet_watch_run_duration_seconds",
-    "gpufleet_watch_run_cpu_seconds",
-    "gpufleet_watch_last_run_ok",
-    "gpufleet_watch_last_success_timestamp_seconds",
-    "gpufleet_watch_finding_since_timestamp_seconds",
-    "gpufleet_watch_slurm_drained",
-    "gpufleet_watch_slurm_drain_suppressed",
-    "gpufleet_watch_baseline",
-    "gpufleet_watch_baseline_seen",
-    "gpufleet_watch_baseline_differences",
-    "gpufleet_watch_baseline_recorded_timestamp_seconds",
-}
+# The textfile the watch writes (<watch.textfile_dir>/gpufleet.prom).
+WATCH_METRICS = watch_families.ALL
 # node_exporter's textfile collector (collector/textfile.go, Debian 12's 1.5.0) and the scrape's own `up`.
 EXPORTER_METRICS = {"node_textfile_mtime_seconds", "node_textfile_scrape_error", "up"}
 KNOWN_METRICS = WATCH_METRICS | EXPORTER_METRICS

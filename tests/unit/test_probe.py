@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+import rule_facts
 from ansible_collections.gpufleet.tuning.plugins.module_utils import nvml, probe, rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as pol_mod
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
@@ -169,24 +170,7 @@ def test_one_sample_of_a_starved_far_pinned_job_while_the_host_swaps(tmp_path, s
     state = profiles.read_state(state_path)
     assert (g1["numa_node"], g1["local_cpus"]) == (int(state["gpu.1.numa_node"]), state["gpu.1.cpu_affinity"])
     job, gone = sample["processes"]
-    assert job == {
-        "pid": 700,
-        "visible": True,
-        "name": "python3",
-        "state": "R",
-        "threads": 2,
-        "cpu_pct": 100.0,
-        "busiest_thread_pct": 95.0,
-        "allowed_cpus": "0",
-        "allowed_count": 1,
-        "pinned": True,
-        "allowed_busy_pct": 100.0,
-        "own_share_pct": 100.0,
-        "saturation_pct": 100.0,
-        "last_cpu": {"0": {"threads": 2, "cpu_pct": 100.0}},
-        "gpus": [0],
-        "used_memory_mib": 2048,
-    }
+    assert job == rule_facts.probe_job("python3")
     assert gone["pid"] == 800 and not gone["visible"] and "exited" in gone["error"] and gone["gpus"] == [1]
     assert sample["memory"] == {
         "swap_in_per_s": 150.0,
