@@ -1,0 +1,73 @@
+"""Issue 29: a host whose findings all pass gets no change from remediate. targets.compute judges every fixable rule
+with the audit's own check on the same facts and policy (``verdicts``) and hands the roles only the rules that do
+not pass (``apply``); passing rules are applied only with ``persist`` (gpufleet_remediate_persist, ``gpufleet
+remediate --persist``) or when one of their role variables is set. Before the change compute returned no verdict:
+the roles wrote every rule's value, so a passing host got sysctl.d, limits.d and boot files (every test here failed).
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpufleet.tuning.plugins.module_utils import policy as pol_mod
+from ansible_collections.gpufleet.tuning.plugins.module_utils import rules, targets
+from rule_cases import evaluate, host
+from rule_facts import healthy
+
+
+def _policy(overrides=None):
+    return pol_mod.validate(overrides or {}, known_rules=rules.BY_ID)
+
+
+def _failing_swappiness():
+    """The healthy host with vm.swappiness 60 where swap exists: HOST-MEM-002 fails, every other fixable rule passes."""
+    facts = healthy()
+    host(facts)["vm"]["swappiness"] = 60
+    host(facts)["memory"]["swap_total_mib"] = 8192
+    return facts
+
+
+def test_a_host_whose_fixable_rules_all_pass_gets_nothing_to_apply():
+    facts = healthy()
+    out = targets.compute(facts, _policy())
+    fixable = [r.id for r in targets.fixable()]
+    # The audit's own verdict on the same facts and policy.
+    assert out["verdicts"] == {r: evaluate(facts, None)[r]["status"] for r in fixable}
+    assert set(out["verdicts"].values()) == {"pass"}
+    assert out["apply"] == [] and out["failing"] == []
+    assert out["passing"] == fixable
+
+
+def test_only_the_failing_rule_is_applied_and_persist_applies_the_passing_ones_too():
+    facts = _failing_swappiness()
+    out = targets.compute(facts, _policy())
+    assert out["verdicts"]["HOST-MEM-002"] == "fail"
+    assert out["apply"] == ["HOST-MEM-002"] and out["failing"] == ["HOST-MEM-002"]
+    assert "HOST-MEM-005" in out["passing"] and "GPU-PWR-001" in out["passing"]
+    # The values stay computed for every rule (a user's play may read them); the roles read apply.
+    assert out["roles"]["host_tuning"]["swappiness"] == 10
+
+    persisted = targets.compute(facts, _policy(), persist=True)
+    assert persisted["apply"] == [r.id for r in targets.fixable()]
+    assert persisted["verdicts"] == out["verdicts"]
+
+
+def test_a_role_variable_set_is_a_request_to_apply_its_rule_where_it_passes():
+    facts = healthy()  # vm.swappiness 10 without swap: HOST-MEM-002 passes
+    out = targets.compute(facts, _policy(), role_vars={"host_tuning_swappiness": 5})
+    assert out["verdicts"]["HOST-MEM-002"] == "pass"
+    assert out["apply"] == ["HOST-MEM-002"]
+    assert out["roles"]["host_tuning"]["swappiness"] == 5
+    # Naming the NICs chooses what the NIC rules cover; it asks for no value, so nothing is applied for it.
+    out = targets.compute(facts, _policy(), role_vars={"network_tuning_interfaces": ["ens1f0np0"]})
+    assert out["apply"] == []
+
+
+def test_a_rule_the_check_cannot_judge_is_applied_as_before():
+    # Disabled by the policy: the audit reports skip, not pass; the role's own toggle is how a fix is turned off.
+    facts = healthy()
+    out = targets.compute(facts, _policy({"rules": {"HOST-MEM-005": {"enabled": False}}}))
+    assert out["verdicts"]["HOST-MEM-005"] == "skip"
+    assert out["apply"] == ["HOST-MEM-005"]
+    # No facts at all (a role whose facts are not gathered): nothing is judged, everything is applied.
+    out = targets.compute({}, _policy(), roles=("host_tuning",))
+    assert set(out["verdicts"].values()) == {"skip"}
+    assert out["apply"] == [r.id for r in targets.fixable(("host_tuning",))]
