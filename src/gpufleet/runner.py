@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import sys
@@ -27,8 +28,8 @@ from gpufleet import paths
 
 # The strategy the CLI runs its playbooks with (plugins/strategy/linear.py): ansible.builtin.linear, except that the
 # controller sleeps while every fork is busy instead of polling its workers every 0.1 ms. A user's ANSIBLE_STRATEGY
-# wins. ansible-core prints a deprecation warning for any strategy outside ansible.builtin; the CLI shows its own
-# output, not Ansible's warnings.
+# wins. ansible-core (2.19) prints a deprecation warning for any strategy outside ansible.builtin: it goes to a run's
+# raw log (``log_path``) only, never to the terminal, even with -v (``terminal_lines``).
 STRATEGY = "gpufleet.tuning.linear"
 
 
@@ -139,6 +140,46 @@ def clean_result(res: dict[str, Any]) -> dict[str, Any]:
 
 TASK_RESULT_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable")
 
+# A Python warning as the interpreter prints it: "FILE:LINE: SomethingDeprecationWarning: ...", then the source line.
+_PY_DEPRECATION = re.compile(r"^\S+:\d+: \w*DeprecationWarning: ")
+
+
+class RawOutput:
+    """ansible-playbook's own output, from ansible-runner's events (every line of it is in some event's ``stdout``):
+    written whole to ``log`` (a run's raw log), and to ``terminal`` (``-v``) without deprecation warnings: Ansible's
+    ("deprecated" events, e.g. the one for the shipped strategy plugin) and Python's (a ``...DeprecationWarning:``
+    line and the source line after it)."""
+
+    def __init__(self, log: Any = None, terminal: Any = None) -> None:
+        self.log = log
+        self.terminal = terminal
+        self._skip_source_line = False
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        text = event.get("stdout")
+        if not text:
+            return
+        if self.log is not None:
+            self.log.write(text + "\n")
+        if self.terminal is not None and self.terminal_shows(event):
+            try:
+                print(text, file=self.terminal, flush=True)
+            except (BrokenPipeError, ValueError):  # the reader went away: the log still gets everything
+                self.terminal = None
+
+    def terminal_shows(self, event: dict[str, Any]) -> bool:
+        text = str(event.get("stdout") or "")
+        skip_source, self._skip_source_line = self._skip_source_line, False
+        if event.get("event") == "deprecated":
+            return False
+        if event.get("event") == "verbose":
+            if _PY_DEPRECATION.match(text):
+                self._skip_source_line = True
+                return False
+            if skip_source and text.startswith(" "):
+                return False
+        return True
+
 
 def collect(hosts: dict[str, HostResult], event: dict[str, Any]) -> None:
     """Record a task event's result under its host: the one reading of ansible-runner's ``runner_on_*`` events, for
@@ -172,12 +213,16 @@ def run_playbook(
     tags: str | None = None,
     check: bool = False,
     diff: bool = False,
+    log_path: Path | None = None,
 ) -> RunResult:
     """Run ``playbook`` (a name under the collection's ``playbooks/``, or a path) against ``inventory`` (one
     inventory, or several merged: each is passed to ansible-playbook as its own -i, as repeated -i are).
 
     A host's result for a task that registered with ``ignore_errors``/``ignore_unreachable`` is kept (under the
     task's action and its name) even when it failed; the host's status says how it fared.
+
+    ansible-playbook's output goes to the terminal (stdout) only when not ``quiet``, without deprecation warnings
+    (``RawOutput``); ``log_path``: the whole of it is written there too (a run directory's raw log), as it comes.
     """
     import ansible_runner  # imported here: `gpufleet --help` should not pay for it
 
@@ -195,10 +240,13 @@ def run_playbook(
     events: list[dict[str, Any]] = []
 
     stopper = Stopper()
+    log = open(log_path, "w", encoding="utf-8", errors="replace") if log_path else None  # closed by the ExitStack
+    raw = RawOutput(log=log, terminal=None if quiet else sys.stdout)
 
     def handler(event: dict[str, Any]) -> bool:
         if keep_events:
             events.append(event)
+        raw(event)
         if stopper.pid is None and event.get("event") == "playbook_on_start" and event.get("pid"):
             stopper.pid = int(event["pid"])
             if stopper.signals:  # a signal came before ansible-playbook said who it is
@@ -212,7 +260,9 @@ def run_playbook(
         # "return True to keep the event"; Runner.event_callback writes only those.)
         return False
 
-    with tempfile.TemporaryDirectory(prefix="gpufleet-run-") as tmp:
+    with contextlib.ExitStack() as closing, tempfile.TemporaryDirectory(prefix="gpufleet-run-") as tmp:
+        if log is not None:
+            closing.enter_context(log)
         workdir = Path(tmp)
         envvars = {
             "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
@@ -244,9 +294,11 @@ def run_playbook(
                 cmdline=shlex.join(cmdline) if cmdline else None,
                 event_handler=handler,
                 cancel_callback=stopper.cancel,
-                quiet=quiet,
-                # Nor the run's stdout (artifacts/stdout, in the same temporary directory): quiet or not, the
-                # output goes to the terminal or nowhere. A setting (env/settings), not the keyword of the same
+                # ansible-runner prints nothing itself: the output reaches the terminal (-v) and the raw log
+                # through the events (RawOutput), so that deprecation warnings can be held back from the terminal.
+                quiet=True,
+                # Nor the run's stdout (artifacts/stdout, in the same temporary directory): the raw log, when the
+                # caller keeps one, is log_path. A setting (env/settings), not the keyword of the same
                 # name: ansible-runner 2.4 reads it from the settings and so ignores the keyword.
                 settings={"suppress_output_file": True},
                 project_dir=str(root),

@@ -2,12 +2,15 @@
 
 What counts as fixed, new or unverified is report/diff's judgement (``diff_host``), the same as `gpufleet report
 diff`: a finding is fixed only when its rule passed in the audit afterwards; one skipped, errored or missing then is
-unverified.
+unverified. A changed task whose rules all passed before fixed nothing: it made persistent what was already in
+effect (``--persist``). ansible-playbook's own output goes to the run directory (ansible.log); with ``--diff`` the
+terminal gets gpufleet's per-host list of the changed tasks with their diffs (``render_changes``).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import re
 import sys
@@ -31,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Audit, run the remediation roles (playbooks/remediate.yml), audit again, and say per host what "
         "was fixed, what still fails and why. Every change is recorded for `gpufleet rollback`.",
         examples="""
-  gpufleet remediate -i inventories/prod --check --diff     # what would change, changing nothing
+  gpufleet remediate -i inventories/prod --check --diff     # what would change, with diffs
+  gpufleet remediate -i inventories/prod --persist          # also persist values that already hold
   gpufleet remediate -i inventories/prod -l gpu01 --tags memory,HOST-CPU-001
   gpufleet remediate -i inventories/prod --fail-on high     # exit 1 if high findings still fail
 """,
@@ -40,7 +44,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--tags", help="areas (memory,cpu,network,power,health,gpu,host) or rule ids (GPU-PWR-001,...)")
     options.check(parser, "what would change")
     parser.add_argument(
-        "--diff", action="store_true", help="show the changes (with --check: the changes it would make)"
+        "--diff",
+        action="store_true",
+        help="per host, each changed task with its rules and diff, paths as on the host (with --check: the changes "
+        "it would make); ansible-playbook's own output is in the run directory's ansible.log",
+    )
+    parser.add_argument(
+        "--persist",
+        action="store_true",
+        help="also write the settings of rules that already pass (sysctl.d, limits.d, the GPU boot-time config), so "
+        "that they survive a reboot: the play variable gpufleet_remediate_persist=true. By default only what fixes "
+        "a failing finding is changed",
     )
     options.out(parser)
     options.fail_on(parser, afterwards=True)
@@ -78,6 +92,54 @@ def _first_sentence(text: str) -> str:
     return text[: end + 1] if end > 0 else text
 
 
+# Modules whose diff names a file on the controller (the template's rendered copy, the copied source) as its "after":
+# the file the host gets is their ``dest``.
+_CONTROLLER_SOURCE_ACTIONS = {
+    f"{ns}.{name}" for ns in ("ansible.builtin", "ansible.legacy") for name in ("template", "copy")
+} | {"template", "copy"}
+
+
+def _as_text(value: Any) -> str:
+    """A side of a diff as text: a dict (e.g. ansible.builtin.file's path and state) one ``key: value`` a line."""
+    if isinstance(value, dict):
+        items = sorted(value.items())
+        return "".join(f"{k}: {json.dumps(v) if isinstance(v, (dict, list)) else v}\n" for k, v in items)
+    if isinstance(value, list):
+        return json.dumps(value, indent=4, sort_keys=True) + "\n"
+    return "" if value is None else str(value)
+
+
+def unified_diffs(res: dict[str, Any], action: str | None = None) -> list[str]:
+    """The diffs a task returned (Ansible's ``diff``: one dict or a list; each with ``before``/``after`` strings or
+    dicts, or ``prepared`` text), each as unified diff text whose headers name the path on the host: a
+    template's or copy's ``after_header`` (a file on the controller) becomes its ``dest``; a diff without headers
+    takes the result's ``path``/``dest``. Diffs with nothing in them (before == after) are left out."""
+    raw = res.get("diff")
+    items = raw if isinstance(raw, list) else [raw] if isinstance(raw, dict) else []
+    args = (res.get("invocation") or {}).get("module_args") or {}
+    host_path = res.get("dest") or args.get("dest") or res.get("path") or args.get("path")
+    texts = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if item.get("prepared"):
+            texts.append(str(item["prepared"]).rstrip("\n"))
+            continue
+        before, after = _as_text(item.get("before")), _as_text(item.get("after"))
+        if before == after:
+            continue
+        before_header = item.get("before_header") or host_path or "before"
+        after_header = item.get("after_header") or host_path or "after"
+        if action in _CONTROLLER_SOURCE_ACTIONS and host_path:
+            before_header = after_header = host_path
+        # A header is one line (a path could hold a line break); the diff's lines are split from the texts.
+        lines = difflib.unified_diff(
+            before.splitlines(), after.splitlines(), clean(before_header), clean(after_header), lineterm=""
+        )
+        texts.append("\n".join(lines))
+    return [t for t in texts if t]
+
+
 class Watcher:
     """Follows the remediation playbook's events: progress on stderr (``stream``), each host's changed tasks, the
     facts the playbook sets (reboot, role overrides, refused changes), the roles that ran on each host, and the
@@ -88,11 +150,15 @@ class Watcher:
     files: ansible-runner's events carry neither). ``roots``: host -> {"<role>_root": value} as the inventory sets
     them (``preflight.host_variables``)."""
 
-    def __init__(self, check: bool = False, stream=None, roots: dict[str, dict[str, Any]] | None = None):
+    def __init__(
+        self, check: bool = False, stream=None, roots: dict[str, dict[str, Any]] | None = None, diff: bool = False
+    ):
         self.check = check
         self.stream = stream
         self.roots = roots or {}
+        self.diff = diff  # keep each changed task's diffs (--diff)
         self.changes: dict[str, list[str]] = {}
+        self.tasks: dict[str, list[dict[str, Any]]] = {}  # host -> each changed task: role, rules, diffs
         self.reboot: dict[str, bool] = {}
         self.overrides: dict[str, list[dict[str, Any]]] = {}
         self.blocked: dict[str, list[str]] = {}
@@ -131,9 +197,9 @@ class Watcher:
             self.roles[host].add(role)
         task = data.get("task", "")
         where = f"{role}: {task}" if role else task
+        info = task_info(data.get("task_path"))
+        rules = [t for t in info.tags if _RULE_TAG.match(t)]
         if role and kind in ("runner_on_skipped", "runner_on_ok"):
-            info = task_info(data.get("task_path"))
-            rules = [t for t in info.tags if _RULE_TAG.match(t)]
             if kind == "runner_on_skipped":
                 for condition in info.when:
                     match = _ROOT_CONDITION.match(condition)
@@ -154,6 +220,14 @@ class Watcher:
             return
         if res.get("changed"):
             self.changes.setdefault(host, []).append(task)
+            self.tasks.setdefault(host, []).append(
+                {
+                    "task": task,
+                    "role": role or None,
+                    "rules": sorted(set(rules)),
+                    "diff": unified_diffs(res, action_of(data)) if self.diff else [],
+                }
+            )
             self.say(f"  {host}: {'would change' if self.check else 'changed'}: {where}")
         facts = res.get("ansible_facts") or {}
         if "gpufleet_reboot_required" in facts:
@@ -210,6 +284,7 @@ class Watcher:
             self.blocked,
             self.not_applied(before),
             self.restart,
+            tasks=self.tasks,
         )
 
 
@@ -223,12 +298,16 @@ def remediation_summary(
     blocked: dict[str, list[str]] | None = None,
     not_applied: dict[str, dict[str, str]] | None = None,
     restart: dict[str, list[str]] | None = None,
+    tasks: dict[str, list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Per host: fixed (passed afterwards), unverified (a finding before, neither passing nor failing afterwards:
     skipped, errored, not run), remaining (auto-fixable or manual), new findings, what changed, reboot needed, and
     the role variables that took the place of a policy value (the fix then follows the variable, not what the audit
     judged), and why the remediation left a fixable finding alone (``not_applied``: rule id -> reason, e.g. an
-    opt-in role that was not turned on). The collection must be importable (``paths.import_collection``)."""
+    opt-in role that was not turned on). ``tasks``: host -> the changed tasks (``Watcher.tasks``: task, role,
+    rule-id tags, diffs), listed as ``changes``, each ``persistent`` when its rules all passed before (it fixed
+    nothing: it wrote down what was already in effect); ``persisted``: those rules. The collection must be importable
+    (``paths.import_collection``)."""
     from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import diff, schema
 
     hosts = {}
@@ -236,6 +315,15 @@ def remediation_summary(
         was = {f["rule"]: f for f in schema.host_findings(host) if schema.is_finding(f)}
         now_host = (after or before)["hosts"].get(name, {"findings": [], "status": "failed"})
         now = {f["rule"]: f for f in schema.host_findings(now_host) if schema.is_finding(f)}
+        passed = {f.get("rule") for f in schema.host_findings(host) if f.get("status") == "pass"}
+        changed = [
+            {
+                **t,
+                "persistent": bool(t.get("rules")) and set(t["rules"]) <= passed,
+                "in_effect": sorted(set(t.get("rules") or []) & passed),
+            }
+            for t in (tasks or {}).get(name) or []
+        ]
         entry = {
             "status_before": host["status"],
             "status_after": now_host.get("status") if after is not None or check else None,
@@ -247,6 +335,8 @@ def remediation_summary(
             "not_applied": dict((not_applied or {}).get(name) or {}),
             # Services whose new limits take effect only when they restart (host_tuning_restart_ok was not set).
             "restart_required": list((restart or {}).get(name) or []),
+            "changes": changed,
+            "persisted": sorted({r for t in changed if t["persistent"] for r in t["rules"]}),
         }
         if check:
             entry["would_fix"] = sorted(r for r, f in was.items() if _fixable(f))
@@ -293,6 +383,7 @@ def render_remediation(summary: dict[str, Any]) -> str:
         for rule, reason in sorted(not_applied.items()):
             by_reason.setdefault(reason, []).append(rule)
         reasons = [f"{reason}: {', '.join(rules)}" for reason, rules in by_reason.items()]
+        persisted = h.get("persisted") or []
         if summary["check"]:
             would = [r for r in h["would_fix"] if r not in not_applied]
             lines.append(
@@ -300,6 +391,7 @@ def render_remediation(summary: dict[str, Any]) -> str:
                     [
                         f"{name}: would fix {', '.join(would) or 'nothing'}",
                         f"{len(h['changed_tasks'])} task(s) would change",
+                        *([f"would make persistent (already in effect): {', '.join(persisted)}"] if persisted else []),
                         *reasons,
                         *([f"manual: {', '.join(h['manual'])}"] if h["manual"] else []),
                     ]
@@ -319,6 +411,8 @@ def render_remediation(summary: dict[str, Any]) -> str:
             parts = [f"no finding fixed; {len(h['changed_tasks'])} task(s) changed something"]
         else:
             parts = ["fixed nothing"]
+        if persisted:
+            parts.append(f"made persistent (already in effect): {', '.join(persisted)}")
         if h.get("unverified"):
             parts.append(f"unverified (skipped, errored or not run afterwards): {', '.join(h['unverified'])}")
         still = [r for r in h["remaining_auto"] if r not in not_applied]
@@ -337,6 +431,73 @@ def render_remediation(summary: dict[str, Any]) -> str:
     # Each line holds host data (a role's refusal, a role variable's value, changed tasks' names): cleaned, so an
     # escape sequence or a newline in it stays inside its line.
     return "\n".join(clean(line) for line in lines)
+
+
+DIFF_LINES = 40  # a diff longer than this shows its first lines in the terminal; remediation.json has it whole
+
+
+def _task_label(task: dict[str, Any], check: bool) -> str | None:
+    """What a changed task did for its rules: made persistent what already held, or worked on the others."""
+    rules = task.get("rules") or []
+    if not rules:
+        return None
+    if task.get("persistent"):
+        return f"{'would make' if check else 'made'} persistent (already in effect): {', '.join(rules)}"
+    in_effect = task.get("in_effect") or []
+    label = f"{'would fix' if check else 'to fix'}: {', '.join(r for r in rules if r not in in_effect)}"
+    return label + (f" (already in effect: {', '.join(in_effect)})" if in_effect else "")
+
+
+def _diff_line(line: str, color: bool) -> str:
+    line = clean(line)
+    if not color:
+        return line
+    for start, code in (("+++", "1"), ("---", "1"), ("+", "32"), ("-", "31"), ("@@", "36")):
+        if line.startswith(start):
+            return f"\033[{code}m{line}\033[0m"
+    return line
+
+
+def render_changes(summary: dict[str, Any], color: bool = False, max_lines: int = DIFF_LINES) -> str:
+    """``--diff``: per host, each changed (or would-change) task with its role, what it did for its rules and the
+    diffs it returned (headers: the paths on the host). Every line is cleaned (host data); ``color`` adds ANSI
+    colours after that."""
+    check = summary["check"]
+    out: list[str] = []
+    for name, h in summary["hosts"].items():
+        changes = h.get("changes") or []
+        if not changes:
+            continue
+        out.append(clean(f"{name}: {len(changes)} task(s) {'would change' if check else 'changed'}"))
+        for task in changes:
+            where = f"{task['role']}: {task['task']}" if task.get("role") else str(task.get("task"))
+            out.append(clean(f"  {where}"))
+            label = _task_label(task, check)
+            if label:
+                out.append(clean(f"    {label}"))
+            diffs = task.get("diff") or []
+            if not diffs:
+                out.append("    (no diff returned)")
+            for text in diffs:
+                lines = str(text).split("\n")
+                out.extend(f"    {_diff_line(line, color)}" for line in lines[:max_lines])
+                if len(lines) > max_lines:
+                    out.append(f"    ... {len(lines) - max_lines} more line(s) (remediation.json has the whole diff)")
+    return "\n".join(out)
+
+
+def closing_lines(summary: dict[str, Any], report: Path, raw_log: Path, undo: str) -> list[str]:
+    """Where the report and ansible-playbook's own output are, and how to undo the run: no undo after --check
+    (nothing changed) nor after a run in which no task changed anything and no host failed (a failed task may have
+    changed something before it failed); ``undo`` (the rollback command) otherwise."""
+    lines = [f"ansible-playbook output: {raw_log}"]
+    if summary["check"]:
+        lines.append(f"report: {report}")
+    elif not summary.get("failed") and not any(h.get("changed_tasks") for h in summary["hosts"].values()):
+        lines.append(f"before/after report: {report}  (nothing changed: nothing to undo)")
+    else:
+        lines.append(f"before/after report: {report}  (undo: {undo})")
+    return lines
 
 
 def print_failed(failed: dict[str, str], out=None) -> None:
@@ -359,9 +520,13 @@ def run(args: argparse.Namespace) -> int:
         summary.update(run_id=run_id, complete=False, interrupted={"signal": signame, "stage": stage})
         path = writer.write_atomic(out / "remediation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
         if summary.get("hosts"):
+            if args.diff:
+                print(render_changes(summary, color=options.use_color(sys.stdout)))
             print(render_remediation(summary))
         print(f"gpufleet: interrupted by {signame} during {stage}; partial report: {path}", file=sys.stderr)
-        if stage != "audit-before" and not args.check:  # check mode changed nothing: nothing to undo
+        # Check mode changed nothing; an audit interrupted after a run that changed nothing has nothing to undo.
+        nothing_changed = stage == "audit-after" and not any(h["changed_tasks"] for h in summary["hosts"].values())
+        if stage != "audit-before" and not args.check and not nothing_changed:
             undo = f"gpufleet rollback --run {run_id} {options.as_options(args.inventory)}"
             print(f"undo what changed: {undo}", file=sys.stderr)
         return exits.EXIT_INTERRUPTED
@@ -374,8 +539,12 @@ def run(args: argparse.Namespace) -> int:
     before.pop("_files")
     roles = sorted({f["fix"]["role"] for h in before["hosts"].values() for f in h["findings"] if _fixable(f)})
     roots = preflight.host_variables(args.inventory, args.limit, [f"{role}_root" for role in roles])
-    watch = Watcher(check=args.check, roots=roots)
+    watch = Watcher(check=args.check, roots=roots, diff=args.diff)
     lock_vars = {"gpufleet_lock_timeout": args.lock_timeout} if args.lock_timeout is not None else {}
+    # Passed only when asked: an inventory's own gpufleet_remediate_persist is not overridden with false.
+    persist_vars = {"gpufleet_remediate_persist": True} if args.persist else {}
+    raw_log = out / "ansible.log"
+    out.mkdir(parents=True, exist_ok=True)
     print(f"gpufleet: remediating{' (check mode)' if args.check else ''}, run {run_id}", file=sys.stderr)
     result = run_playbook(
         PLAYBOOK,
@@ -385,9 +554,10 @@ def run(args: argparse.Namespace) -> int:
         tags=args.tags,
         check=args.check,
         diff=args.diff,
-        quiet=not (args.verbose or args.diff),
+        quiet=not args.verbose,
         on_event=watch,
-        extravars={"gpufleet_run_id": run_id, "gpufleet_policy_overrides": overrides, **lock_vars},
+        extravars={"gpufleet_run_id": run_id, "gpufleet_policy_overrides": overrides, **lock_vars, **persist_vars},
+        log_path=raw_log,
     )
     failed = {n: h.message for n, h in result.hosts.items() if h.status != "ok"}
     if result.interrupted:
@@ -410,13 +580,13 @@ def run(args: argparse.Namespace) -> int:
     summary["interrupted"] = None
 
     path = writer.write_atomic(out / "remediation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    if args.diff:
+        changes = render_changes(summary, color=options.use_color(sys.stdout))
+        print(changes or f"no task {'would change' if args.check else 'changed'} anything")
     print(render_remediation(summary))
     print_failed(failed)
-    if args.check:  # nothing changed, so there is nothing to undo
-        print(f"report: {path}")
-    else:
-        undo = f"gpufleet rollback --run {run_id} {options.as_options(args.inventory)}"
-        print(f"before/after report: {path}  (undo: {undo})")
+    undo = f"gpufleet rollback --run {run_id} {options.as_options(args.inventory)}"
+    print("\n".join(closing_lines(summary, path, raw_log, undo)))
     if failed or after is None and not args.check:
         return exits.EXIT_HOSTS
     return options.exit_with_reason(after, args.fail_on, "afterwards") if after else exits.EXIT_OK
