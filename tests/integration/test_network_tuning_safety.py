@@ -30,6 +30,18 @@ AUDIT = """
   tags: [always]
 """
 PLAY = labkit.play("Tune the network", roles=("network_tuning",), tasks=AUDIT, audit_only=True)
+# The long-haul peer's prefix of the per-route congestion control tests (here, test_route_follow, test_route_rollback).
+PEER_PREFIX = "198.51.100.0/24"
+
+
+def peer_policy(scope: str) -> dict:
+    """Site sg with a 180 ms link to fra, whose prefix PEER_PREFIX the namespace reaches through its default route;
+    network.congestion_control_scope: ``scope``."""
+    return {
+        "site": "sg",
+        "sites": {"sg": {"links": {"fra": {"rtt_ms": 180, "bandwidth_gbps": 1, "prefixes": [PEER_PREFIX]}}}},
+        "network": {"congestion_control_scope": scope},
+    }
 
 
 def sysctl(ns: str, key: str) -> str:
@@ -250,12 +262,7 @@ def test_per_route_congestion_control(tmp_path, netns):
     stays reno; the drop-in has no tcp_congestion_control; a boot unit replays the route, enabled by its .wants link.
     The audit judges NET-TCP-002 on the route: fail before, pass after. Check mode predicts it and changes nothing; a
     second run changes nothing. The old role set the host default (and the old audit judged only the default)."""
-    policy = {
-        "site": "sg",
-        "sites": {"sg": {"links": {"fra": {"rtt_ms": 180, "bandwidth_gbps": 1, "prefixes": ["198.51.100.0/24"]}}}},
-        "network": {"congestion_control_scope": "routes"},
-    }
-    host = Host(tmp_path, netns, {"gpufleet_policy": policy})
+    host = Host(tmp_path, netns, {"gpufleet_policy": peer_policy("routes")})
     routes_before = labkit.ns_exec(netns, "ip", "route", "show")
     finding = host.run(audit_only=True).findings["NET-TCP-002"]
     assert finding["status"] == "fail" and "198.51.100.0/24" in finding["message"]  # the audit reads the routes

@@ -20,16 +20,12 @@ import pytest
 from gpufleet.runner import run_playbook
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_network_tuning_safety import AUDIT, Host, host_sysctls, netns, sysctl  # noqa: E402, F401
+from test_network_tuning_safety import AUDIT, Host, host_sysctls, netns, peer_policy, sysctl  # noqa: E402, F401
+from test_network_tuning_safety import PEER_PREFIX as PREFIX  # noqa: E402
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
-PREFIX = "198.51.100.0/24"
-POLICY = {
-    "site": "sg",
-    "sites": {"sg": {"links": {"fra": {"rtt_ms": 180, "bandwidth_gbps": 1, "prefixes": [PREFIX]}}}},
-    "network": {"congestion_control_scope": "follow"},
-}
+POLICY = peer_policy("follow")
 PLAY = labkit.play(
     "Tune the network",
     roles=("network_tuning",),

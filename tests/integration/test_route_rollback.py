@@ -17,16 +17,12 @@ import pytest
 from gpufleet.runner import run_playbook
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_network_tuning_safety import Host, host_sysctls, netns  # noqa: E402, F401
+from test_network_tuning_safety import PEER_PREFIX as PREFIX  # noqa: E402
+from test_network_tuning_safety import Host, host_sysctls, netns, peer_policy  # noqa: E402, F401
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
-PREFIX = "198.51.100.0/24"
-POLICY = {
-    "site": "sg",
-    "sites": {"sg": {"links": {"fra": {"rtt_ms": 180, "bandwidth_gbps": 1, "prefixes": [PREFIX]}}}},
-    "network": {"congestion_control_scope": "routes"},
-}
+POLICY = peer_policy("routes")
 # The role with the rollback records remediate.yml would give it (module_defaults of the remediation group).
 PLAY = """
 - name: Tune the network, recording prior values
