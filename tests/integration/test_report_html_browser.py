@@ -181,6 +181,7 @@ AA = 4.5  # WCAG 2.x success criterion 1.4.3 (contrast minimum), normal text: th
 BADGES = {  # what is measured: every badge a reader has to read
     "matrix-host-status": "#matrix span.chip",
     "matrix-cell": "#matrix td[data-state]",
+    "legend-key": "#legend > summary .badge",
     "legend-host-status": "#legend-status .chip",
     "legend-cell": "#legend-cells .badge",
     "summary": "#summary .chip",
@@ -258,6 +259,7 @@ class DevTools:
                 return reply["result"]
 
     def open(self, url, width=1400, height=1000):
+        self.events = []  # a second page waits for its own load event
         target = self.send("Target.createTarget", {"url": "about:blank"}, browser=True)["targetId"]
         self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True}, browser=True)[
             "sessionId"
@@ -389,6 +391,7 @@ def badges(tmp_path_factory):
     try:
         devtools.open(page.as_uri())
         assert devtools.evaluate("document.documentElement.getAttribute('data-filters-ready')") == "1"
+        assert devtools.evaluate("document.getElementById('legend').open = true")  # every state, as when opened
         measured = measure_badges(devtools)
         height = int(
             devtools.evaluate(  # down to the legend below the matrix
@@ -607,3 +610,147 @@ def test_no_script_from_the_data_runs_when_hosts_open(tmp_path):
     assert "<img" not in dom
     assert "&lt;script&gt;document.title='PWNED'" in dom  # rendered, as text
     assert dom.count('<tr class="finding') > 0
+
+
+# ------------------------------------------------------------------- 60 hosts at 800 and 1400 px (issue 29)
+
+SITES = (("ap_southeast", "sg"), ("eu_west", "fra"), ("us_east", "iad"))
+# An inventory name as some fleets spell them: longer than the host column may grow, shown cut with a tooltip.
+LONG_NAME = "fra-h100-sxm5-rack12-node-0042.gpu.eu-west.example.internal"
+_LAYOUT = """(() => {
+  const matrix = document.getElementById("matrix");
+  let box = matrix.parentElement;  // the matrix's horizontal scroll container, if any
+  while (box !== document.body && !/(auto|scroll)/.test(getComputedStyle(box).overflowX)) { box = box.parentElement; }
+  function lines(el) {  // text lines of an element: text boxes that do not overlap vertically
+    const rects = [];
+    const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+      if (!n.textContent.trim()) { continue; }
+      const range = document.createRange();
+      range.selectNodeContents(n);
+      rects.push(...Array.from(range.getClientRects()).filter((r) => r.width > 0 && r.height > 0));
+    }
+    rects.sort((a, b) => a.top - b.top);
+    let count = 0, bottom = -Infinity, right = -Infinity;
+    rects.forEach((r) => {
+      if (r.top >= bottom - 1) { count += 1; bottom = r.bottom; } else { bottom = Math.max(bottom, r.bottom); }
+      right = Math.max(right, r.right);
+    });
+    return {count: count, right: right};
+  }
+  function titled(el) {
+    const all = [el, ...el.querySelectorAll("[title]")];
+    return all.map((e) => e.getAttribute("title") || "").filter((t) => t);
+  }
+  const rows = Array.from(matrix.querySelectorAll("tbody tr[data-host]"));
+  const names = rows.map((tr) => {
+    const th = tr.querySelector("th");
+    const text = lines(th);
+    const r = th.getBoundingClientRect();
+    const pad = parseFloat(getComputedStyle(th).paddingRight);
+    return {name: tr.getAttribute("data-host"), lines: text.count, cut: text.right > r.right - pad + 1,
+            titles: titled(th)};
+  });
+  const heads = Array.from(matrix.querySelectorAll("thead th"), (th) => th.textContent.trim());
+  const last = matrix.querySelector("thead th:last-child");
+  const before = {box: box.tagName, overflowX: getComputedStyle(box).overflowX, scrollWidth: box.scrollWidth,
+                  clientWidth: box.clientWidth, tableRight: matrix.getBoundingClientRect().right};
+  box.scrollLeft = box.scrollWidth;  // as far right as it goes
+  const view = box === document.body ? {left: 0, right: window.innerWidth} : box.getBoundingClientRect();
+  const lastRect = last.getBoundingClientRect();
+  const stuck = rows.map((tr) => tr.querySelector("th").getBoundingClientRect()).filter((r) => r.height > 0)
+    .map((r) => ({left: r.left, right: r.right}));
+  box.scrollLeft = 0;
+  const legends = Array.from(document.querySelectorAll(".legend"))
+    .map((e) => (e.tagName === "DETAILS" && !e.open ? e.querySelector("summary") : e))  // what is shown of it
+    .filter((e) => e.getBoundingClientRect().height > 0)
+    .map((e) => ({id: e.id || e.parentElement.id, lines: lines(e).count, right: lines(e).right,
+                  scrollWidth: e.scrollWidth, clientWidth: e.clientWidth}));
+  return JSON.stringify({names: names, heads: heads, text: matrix.innerText, before: before,
+    view: {left: view.left, right: Math.min(view.right, window.innerWidth)},
+    last: {left: lastRect.left, right: lastRect.right}, stuck: stuck, legends: legends,
+    page: {scrollWidth: document.documentElement.scrollWidth, innerWidth: window.innerWidth}});
+})()"""
+
+
+def _fleet_of_60():
+    """60 hosts in three sites of 20 (recorded hosts: 6 not audited), one with a long inventory name."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from fleetreport import scaled_report
+
+    report = scaled_report(60)
+    hosts = {}
+    for i, (name, host) in enumerate(report["hosts"].items()):
+        site, prefix = SITES[i % 3]
+        host["site"] = site
+        hosts[LONG_NAME if i == 40 else f"{prefix}-{name.split('-')[1]}-{i:03d}"] = host
+    report["hosts"] = hosts
+    report["summary"] = schema.summarize(hosts)
+    return report
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory):
+    """The 60-host page measured in the browser at 800 and 1400 px wide (and screenshots of its top)."""
+    tmp_path = tmp_path_factory.mktemp("layout")
+    page = tmp_path / "report.html"
+    page.write_text(report_html.render_html(_fleet_of_60()), encoding="utf-8")
+    devtools = DevTools(tmp_path)
+    out = {}
+    try:
+        for width in (800, 1400):
+            devtools.open(page.as_uri(), width=width, height=1000)
+            assert devtools.evaluate("document.documentElement.getAttribute('data-filters-ready')") == "1"
+            out[width] = json.loads(devtools.evaluate(_LAYOUT))
+            OUTPUT.mkdir(parents=True, exist_ok=True)
+            (OUTPUT / f"report-60-hosts-{width}px.png").write_bytes(devtools.png(0, 0, width, 2000))
+    finally:
+        devtools.close()
+    return out
+
+
+@pytest.mark.parametrize("width", [800, 1400])
+def test_host_names_on_one_line(layouts, width):
+    """Each host name in the matrix on one line; a name cut short has its full text as a tooltip."""
+    names = layouts[width]["names"]
+    assert len(names) == 60
+    broken = [n["name"] for n in names if n["lines"] != 1]
+    assert not broken, f"{width} px: host names broken over lines: {broken}"
+    cut = [n["name"] for n in names if n["cut"] and n["name"] not in n["titles"]]
+    assert not cut, f"{width} px: host names cut without a tooltip: {cut}"
+    short = [n["name"] for n in names if n["cut"] and n["name"] != LONG_NAME]
+    assert not short, f"{width} px: short host names cut: {short}"
+
+
+@pytest.mark.parametrize("width", [800, 1400])
+def test_every_matrix_column_reachable(layouts, width):
+    """The matrix scrolls sideways in its own box when it is wider than the page, and scrolled to its end its
+    last column is in view, beside the host names (a sticky column), and the page itself does not scroll
+    sideways."""
+    m = layouts[width]
+    before, view, last = m["before"], m["view"], m["last"]
+    assert m["page"]["scrollWidth"] <= m["page"]["innerWidth"], f"{width} px: the page scrolls sideways: {m['page']}"
+    if before["scrollWidth"] > before["clientWidth"] or before["tableRight"] > m["page"]["innerWidth"]:
+        assert before["overflowX"] in ("auto", "scroll"), f"{width} px: a wide matrix that does not scroll: {before}"
+    assert view["left"] - 1 <= last["left"] and last["right"] <= view["right"] + 1, (width, last, view)
+    for th in m["stuck"]:  # the host names stay in view, left of the last column, not under it
+        assert view["left"] - 1 <= th["left"] and th["right"] <= last["left"] + 1, (width, th, last)
+    if width == 1400:
+        assert before["scrollWidth"] <= before["clientWidth"], "at 1400 px the matrix fits without scrolling"
+
+
+@pytest.mark.parametrize("width", [800, 1400])
+def test_site_shown_once_per_group(layouts, width):
+    m = layouts[width]
+    assert "Site" not in m["heads"], m["heads"]
+    for site, _ in SITES:
+        assert m["text"].count(site) == 1, f"{site} shown {m['text'].count(site)} times in the matrix"
+
+
+@pytest.mark.parametrize("width", [800, 1400])
+def test_legend_on_one_line(layouts, width):
+    legends = layouts[width]["legends"]
+    assert legends
+    for legend in legends:
+        assert legend["lines"] == 1, f"{width} px: legend {legend['id']} on {legend['lines']} lines"
+        assert legend["scrollWidth"] <= legend["clientWidth"] and legend["right"] <= width, (width, legend)

@@ -358,14 +358,16 @@ def test_every_cell_state_appears_in_the_statuses_fixture(statuses_html):
     assert seen == set(schema.CELL_STATES)
 
 
-def test_matrix_grouped_by_site_with_counts_and_a_site_column(statuses, statuses_html):
+def test_matrix_grouped_by_site_with_counts_the_site_said_once(statuses, statuses_html):
+    """The site is the head row of its group, not a column repeated on every host's row (issue 29)."""
     matrix = parse(statuses_html).find("table", id="matrix")
     groups = [t for t in matrix.iter("tbody") if "site-group" in t.classes()]
     assert [g.attrs["data-site"] for g in groups] == ["ap_southeast", "eu_central", "us_east", ""]
     heads = []
     for g in groups:
-        th = g.find("tr").find("th")
-        heads.append(" ".join((th.find("b").all_text() + " " + "".join(th.text)).split()))
+        label = g.find("tr").find("th").find("span")
+        assert label.find("b").all_text() == (g.attrs["data-site"] or "no site recorded")
+        heads.append(" ".join((label.find("b").all_text() + " " + "".join(label.text)).split()))
     assert heads[0] == "ap_southeast · 3 hosts: 2 audited, 1 unreachable · 3 critical, 6 high, 4 medium"
     assert heads[1] == (
         "eu_central · 2 hosts: 0 audited, 1 audit failed, 1 timed out · no host audited: findings unknown"
@@ -376,8 +378,8 @@ def test_matrix_grouped_by_site_with_counts_and_a_site_column(statuses, statuses
         for row in (r for r in g.iter("tr") if "data-host" in r.attrs):
             site = statuses["hosts"][row.attrs["data-host"]]["site"]
             assert g.attrs["data-site"] == (site or "")
-            assert row.find("td").classes() == {"site"} and row.find("td").all_text() == (site or "\u2013")
-    assert [th.all_text() for th in matrix.find("thead").iter("th")][:3] == ["Host", "Site", "Status"]
+            assert site is None or site not in row.all_text()
+    assert [th.all_text() for th in matrix.find("thead").iter("th")][:2] == ["Host", "Status"]
 
 
 def test_severity_by_site_chart(statuses_html):
@@ -399,7 +401,7 @@ def test_no_site_no_grouping(sample):
         host["site"] = None
     page = report_html.render_html(report)
     assert 'id="site-chart"' not in page and 'class="site-head"' not in page
-    assert 'class="site">\u2013</td>' in page
+    assert 'class="site"' not in page and "no site recorded" not in page  # no column of dashes either
 
 
 def _entry(li):
