@@ -1,6 +1,7 @@
 """The HTML report in a real browser (headless Chromium): the matrix in the DOM after the page's script ran,
-the filter driven from the URL fragment, no script from the data ran, the contrast of every badge as rendered, and
-screenshots kept under tests/output/.
+the filter driven from the URL fragment, no script from the data ran, the contrast of every badge as rendered, the
+layout of a 60-host fleet at 800 and 1400 px wide (host names, matrix columns, sites, legend), and screenshots kept
+under tests/output/.
 
 Needs Debian's `chromium` package (skipped with the reason when it is missing). GPUFLEET_CHROMIUM names another
 binary. Runs as root too (--no-sandbox), with a fresh profile and no background networking.
@@ -672,6 +673,10 @@ _LAYOUT = """(() => {
     page: {scrollWidth: document.documentElement.scrollWidth, innerWidth: window.innerWidth}});
 })()"""
 
+_JUMP = """JSON.stringify({bar: document.getElementById("filters").getBoundingClientRect().bottom,
+  head: document.querySelector("#matrix thead th").getBoundingClientRect().toJSON(),
+  site: document.querySelector("#site-2 tr.site-head").getBoundingClientRect().top})"""
+
 
 def _fleet_of_60():
     """60 hosts in three sites of 20 (recorded hosts: 6 not audited), one with a long inventory name."""
@@ -702,6 +707,8 @@ def layouts(tmp_path_factory):
             devtools.open(page.as_uri(), width=width, height=1000)
             assert devtools.evaluate("document.documentElement.getAttribute('data-filters-ready')") == "1"
             out[width] = json.loads(devtools.evaluate(_LAYOUT))
+            devtools.evaluate("document.querySelector('#site-chart a[href=\"#site-2\"]').click() || 1")
+            out[width]["jump"] = json.loads(devtools.evaluate(_JUMP))
             OUTPUT.mkdir(parents=True, exist_ok=True)
             (OUTPUT / f"report-60-hosts-{width}px.png").write_bytes(devtools.png(0, 0, width, 2000))
     finally:
@@ -745,6 +752,15 @@ def test_site_shown_once_per_group(layouts, width):
     assert "Site" not in m["heads"], m["heads"]
     for site, _ in SITES:
         assert m["text"].count(site) == 1, f"{site} shown {m['text'].count(site)} times in the matrix"
+
+
+@pytest.mark.parametrize("width", [800, 1400])
+def test_a_site_link_shows_its_group_under_the_head_row(layouts, width):
+    """The summary's link to a site scrolls its head row into view: below the matrix's head row, which is below
+    the sticky filter bar."""
+    jump = layouts[width]["jump"]
+    assert jump["head"]["top"] >= jump["bar"] - 1, f"{width} px: the matrix head row under the filter bar: {jump}"
+    assert jump["site"] >= jump["head"]["bottom"] - 1, f"{width} px: the site's row under the head row: {jump}"
 
 
 @pytest.mark.parametrize("width", [800, 1400])
