@@ -213,7 +213,21 @@ SPEC = {
 
 
 class PolicyError(ValueError):
-    """A policy that cannot be used; the message names the key path."""
+    """A policy that cannot be used; the message names the key path. ``problems``: every problem found, one line
+    each naming its key path (the message alone when it was raised for one); the message lists them all."""
+
+    def __init__(self, message, problems=None):
+        super().__init__(message)
+        self.problems = list(problems) if problems else [message]
+
+
+def _raise_all(problems):
+    """PolicyError listing every problem: one alone is its own message; several, a count then one per line."""
+    if len(problems) == 1:
+        raise PolicyError(problems[0])
+    if problems:
+        lines = "\n".join("  " + p for p in problems)
+        raise PolicyError("policy: %d problems:\n%s" % (len(problems), lines), problems)
 
 
 def _defaults(spec):
@@ -242,14 +256,15 @@ def _version_ok(value):
     return bool(parts) and all(p.isdigit() for p in parts)
 
 
-def _check_type(path, value, kind):
+def _type_problem(path, value, kind):
+    """The problem with one value of a key of type ``kind`` (SPEC's types), or None."""
     if value is None:
-        return
+        return None
     ok = True
     if isinstance(kind, tuple):
         if value not in kind:
-            raise PolicyError("policy.%s: %r is not one of %s" % (path, value, ", ".join(map(str, kind))))
-        return
+            return "policy.%s: %r is not one of %s" % (path, value, ", ".join(map(str, kind)))
+        return None
     if kind == "int":
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif kind == "number":
@@ -264,137 +279,164 @@ def _check_type(path, value, kind):
         ok = isinstance(value, dict)
     elif kind == "severity":
         if value not in SEVERITIES:
-            raise PolicyError("policy.%s: %r is not a severity (%s)" % (path, value, ", ".join(SEVERITIES)))
+            return "policy.%s: %r is not a severity (%s)" % (path, value, ", ".join(SEVERITIES))
     elif kind == "version":
         ok = _version_ok(value)
     if not ok:
-        raise PolicyError("policy.%s: expected %s, got %r (%s)" % (path, kind, value, type(value).__name__))
+        return "policy.%s: expected %s, got %r (%s)" % (path, kind, value, type(value).__name__)
     if kind in ("int", "number") and value < 0:
-        raise PolicyError("policy.%s: must be >= 0, got %r" % (path, value))
+        return "policy.%s: must be >= 0, got %r" % (path, value)
+    return None
 
 
-def _validate_section(spec, data, prefix):
+def _validate_section(spec, data, prefix, problems):
+    """``data`` without the keys that have a problem (each appended to ``problems``), so that the checks of the
+    merged policy see well-typed values only."""
     if not isinstance(data, dict):
-        raise PolicyError("policy%s: expected a mapping, got %r" % ("." + prefix if prefix else "", data))
+        problems.append("policy%s: expected a mapping, got %r" % ("." + prefix if prefix else "", data))
+        return {}
+    clean = {}
     for key, value in data.items():
         path = "%s.%s" % (prefix, key) if prefix else str(key)
         if key not in spec:
-            raise PolicyError("policy.%s: unknown key (known: %s)" % (path, ", ".join(sorted(spec))))
+            problems.append("policy.%s: unknown key (known: %s)" % (path, ", ".join(sorted(spec))))
+            continue
         entry = spec[key]
         if isinstance(entry, dict):
-            _validate_section(entry, value, path)
+            section = _validate_section(entry, value, path, problems)
+            if isinstance(value, dict):
+                clean[key] = section
+            continue
+        problem = _type_problem(path, value, entry[1])
+        if problem:
+            problems.append(problem)
         else:
-            _check_type(path, value, entry[1])
+            clean[key] = value
+    return clean
 
 
-def _validate_prefixes(path, prefixes):
+def _validate_prefixes(path, prefixes, problems):
     """A list of IPv4/IPv6 networks in CIDR notation (host bits zero), or null."""
     if prefixes is None:
         return
     if not isinstance(prefixes, list):
-        raise PolicyError("policy.%s: expected a list of CIDR networks, got %r" % (path, prefixes))
+        problems.append("policy.%s: expected a list of CIDR networks, got %r" % (path, prefixes))
+        return
     for i, prefix in enumerate(prefixes):
         try:
             if not isinstance(prefix, str):
                 raise TypeError("not a string")
             ipaddress.ip_network(prefix)
         except (TypeError, ValueError) as exc:
-            raise PolicyError("policy.%s[%d]: %r is not a CIDR network such as 198.51.100.0/24 or 2001:db8::/32 (%s)"
-                              % (path, i, prefix, exc)) from exc
+            problems.append("policy.%s[%d]: %r is not a CIDR network such as 198.51.100.0/24 or 2001:db8::/32 (%s)"
+                            % (path, i, prefix, exc))
 
 
-def _validate_links(policy):
+def _validate_link(path, link, problems):
+    if not isinstance(link, dict):
+        problems.append("policy.%s: expected {rtt_ms, bandwidth_gbps, prefixes?}" % path)
+        return
+    for key in link:
+        if key not in ("rtt_ms", "bandwidth_gbps", "prefixes"):
+            problems.append("policy.%s.%s: unknown key (known: bandwidth_gbps, prefixes, rtt_ms)" % (path, key))
+    _validate_prefixes(path + ".prefixes", link.get("prefixes"), problems)
+    for key in ("rtt_ms", "bandwidth_gbps"):
+        value = link.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            problems.append("policy.%s.%s: must be a number > 0, got %r" % (path, key, value))
+
+
+def _validate_links(policy, problems):
     for site, conf in (policy.get("sites") or {}).items():
         if not isinstance(conf, dict):
-            raise PolicyError("policy.sites.%s: expected a mapping with 'links'" % site)
+            problems.append("policy.sites.%s: expected a mapping with 'links'" % site)
+            continue
         for key in conf:
             if key != "links":
-                raise PolicyError("policy.sites.%s.%s: unknown key (known: links)" % (site, key))
-        for peer, link in (conf.get("links") or {}).items():
-            path = "sites.%s.links.%s" % (site, peer)
-            if not isinstance(link, dict):
-                raise PolicyError("policy.%s: expected {rtt_ms, bandwidth_gbps, prefixes?}" % path)
-            for key in link:
-                if key not in ("rtt_ms", "bandwidth_gbps", "prefixes"):
-                    raise PolicyError("policy.%s.%s: unknown key (known: bandwidth_gbps, prefixes, rtt_ms)"
-                                      % (path, key))
-            _validate_prefixes(path + ".prefixes", link.get("prefixes"))
-            for key in ("rtt_ms", "bandwidth_gbps"):
-                value = link.get(key)
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                    raise PolicyError("policy.%s.%s: must be a number > 0, got %r" % (path, key, value))
+                problems.append("policy.sites.%s.%s: unknown key (known: links)" % (site, key))
+        links = conf.get("links") or {}
+        if not isinstance(links, dict):
+            problems.append("policy.sites.%s.links: expected a mapping {PEER_SITE: {rtt_ms, bandwidth_gbps}}, got %r"
+                            % (site, links))
+            continue
+        for peer, link in links.items():
+            _validate_link("sites.%s.links.%s" % (site, peer), link, problems)
     for i, peer in enumerate(policy.get("peers") or []):
         path = "peers[%d]" % i
         if not isinstance(peer, dict) or not peer.get("host") or not peer.get("site"):
-            raise PolicyError("policy.%s: expected {site, host, port?, bandwidth_gbps?}" % path)
+            problems.append("policy.%s: expected {site, host, port?, bandwidth_gbps?}" % path)
+            continue
         for key in peer:
             if key not in ("site", "host", "port", "bandwidth_gbps"):
-                raise PolicyError("policy.%s.%s: unknown key (known: bandwidth_gbps, host, port, site)" % (path, key))
+                problems.append("policy.%s.%s: unknown key (known: bandwidth_gbps, host, port, site)" % (path, key))
         port = peer.get("port", 22)
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise PolicyError("policy.%s.port: must be 1-65535, got %r" % (path, port))
+            problems.append("policy.%s.port: must be 1-65535, got %r" % (path, port))
 
 
-def _validate_mtu(policy):
+def _validate_mtu(policy, problems):
     """network.mtu: {name or glob: MTU or null}; MTUs and network.min_mtu between 68 (IPv4 minimum) and 65535."""
     net = policy.get("network") or {}
     for key, value in (net.get("mtu") or {}).items():
         path = "network.mtu.%s" % key
         if not isinstance(key, str) or not key.strip():
-            raise PolicyError("policy.network.mtu: keys are interface names or globs (eth0, 'ens1f*'), got %r" % key)
+            problems.append("policy.network.mtu: keys are interface names or globs (eth0, 'ens1f*'), got %r" % key)
+            continue
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or not 68 <= value <= 65535:
-            raise PolicyError("policy.%s: an MTU is an integer from 68 to 65535 (or null), got %r" % (path, value))
+            problems.append("policy.%s: an MTU is an integer from 68 to 65535 (or null), got %r" % (path, value))
     value = net.get("min_mtu")
     if value is not None and not 68 <= value <= 65535:
-        raise PolicyError("policy.network.min_mtu: an MTU is an integer from 68 to 65535 (or null), got %r" % value)
+        problems.append("policy.network.min_mtu: an MTU is an integer from 68 to 65535 (or null), got %r" % value)
 
 
-def _validate_rdma(policy):
+def _validate_rdma(policy, problems):
     """network.rdma: expected_rate_gbps {device, device/port or glob: Gb/s or null}, exclude [globs]."""
     rdma = (policy.get("network") or {}).get("rdma") or {}
     for key, value in (rdma.get("expected_rate_gbps") or {}).items():
         if not isinstance(key, str) or not key.strip():
-            raise PolicyError("policy.network.rdma.expected_rate_gbps: keys are RDMA devices, device/port or globs "
-                              "(mlx5_0, 'mlx5_0/1', 'mlx5_*'), got %r" % (key,))
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not 0 < value <= 3200):
-            raise PolicyError("policy.network.rdma.expected_rate_gbps.%s: a rate in Gb/s, a number > 0 and <= 3200 "
-                              "(400 for NDR 4X, 200 for HDR 4X or a 2 x 100 GbE RoCE bond), or null, got %r"
-                              % (key, value))
+            problems.append("policy.network.rdma.expected_rate_gbps: keys are RDMA devices, device/port or globs "
+                            "(mlx5_0, 'mlx5_0/1', 'mlx5_*'), got %r" % (key,))
+        elif value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                    or not 0 < value <= 3200):
+            problems.append("policy.network.rdma.expected_rate_gbps.%s: a rate in Gb/s, a number > 0 and <= 3200 "
+                            "(400 for NDR 4X, 200 for HDR 4X or a 2 x 100 GbE RoCE bond), or null, got %r"
+                            % (key, value))
     for i, glob in enumerate(rdma.get("exclude") or []):
         if not isinstance(glob, str) or not glob.strip():
-            raise PolicyError("policy.network.rdma.exclude[%d]: a device, device/port or netdev name or glob "
-                              "(mlx5_4, 'mlx5_4/1', 'mlx5_bond_*', bond0), got %r" % (i, glob))
+            problems.append("policy.network.rdma.exclude[%d]: a device, device/port or netdev name or glob "
+                            "(mlx5_4, 'mlx5_4/1', 'mlx5_bond_*', bond0), got %r" % (i, glob))
 
 
-def _validate_power(policy):
+def _validate_power(policy, problems):
     power = policy.get("power") or {}
     if power.get("limit_w") is not None and power.get("limit_pct") is not None:
-        raise PolicyError("policy.power.limit_w and policy.power.limit_pct: set at most one of them, got %r W and "
-                          "%r %% (a later layer that switches kind sets the other to null)"
-                          % (power["limit_w"], power["limit_pct"]))
+        problems.append("policy.power.limit_w and policy.power.limit_pct: set at most one of them, got %r W and "
+                        "%r %% (a later layer that switches kind sets the other to null)"
+                        % (power["limit_w"], power["limit_pct"]))
     for key in ("limit_w", "limit_pct"):
         if power.get(key) is not None and power[key] <= 0:
-            raise PolicyError("policy.power.%s: must be a number > 0 (or null: no cap declared), got %r"
-                              % (key, power[key]))
+            problems.append("policy.power.%s: must be a number > 0 (or null: no cap declared), got %r"
+                            % (key, power[key]))
 
 
-def _validate_rules(policy, known_rules):
+def _validate_rules(policy, known_rules, problems):
     for rule_id, conf in (policy.get("rules") or {}).items():
         path = "rules.%s" % rule_id
         if known_rules is not None and rule_id not in known_rules:
-            raise PolicyError("policy.%s: unknown rule id" % path)
+            problems.append("policy.%s: unknown rule id" % path)
+            continue
         if not isinstance(conf, dict):
-            raise PolicyError("policy.%s: expected {enabled, severity}" % path)
+            problems.append("policy.%s: expected {enabled, severity}" % path)
+            continue
         for key, value in conf.items():
-            if key == "enabled":
-                _check_type(path + ".enabled", value, "bool")
-            elif key == "severity":
-                _check_type(path + ".severity", value, "severity")
+            if key in ("enabled", "severity"):
+                problem = _type_problem(path + "." + key, value, "bool" if key == "enabled" else "severity")
+                if problem:
+                    problems.append(problem)
             else:
-                raise PolicyError("policy.%s.%s: unknown key (known: enabled, severity)" % (path, key))
+                problems.append("policy.%s.%s: unknown key (known: enabled, severity)" % (path, key))
 
 
 # Numbers for which 0 would silently turn a rule off (a buffer of 0 bytes always suffices...): they must be > 0,
@@ -413,7 +455,15 @@ def expand_dotted(overrides):
     """Accept the keys as `gpufleet policy` lists them: a top-level ``memory.max_swappiness: 5`` is
     ``memory: {max_swappiness: 5}``. Only a path through the policy's sections to one of its keys is expanded
     (site names, NIC names and rule ids inside a key's value keep their dots); a dotted key set next to the same
-    key nested wins. Anything else raises PolicyError saying how to write it."""
+    key nested wins. Anything else raises PolicyError saying how to write it (every such key)."""
+    problems = []
+    out = _expand_dotted(overrides, problems)
+    _raise_all(problems)
+    return out
+
+
+def _expand_dotted(overrides, problems):
+    """expand_dotted, a dotted key that names no policy key appended to ``problems`` and left out."""
     if not isinstance(overrides, dict) or not any(isinstance(k, str) and "." in k for k in overrides):
         return overrides
     out = copy.deepcopy({k: v for k, v in overrides.items() if not (isinstance(k, str) and "." in k)})
@@ -427,15 +477,17 @@ def expand_dotted(overrides):
             last = depth == len(parts) - 1
             if entry is None or (last and isinstance(entry, dict)) or (not last and not isinstance(entry, dict)):
                 nested = ": {".join(parts) + ": <value>" + "}" * (len(parts) - 1)
-                raise PolicyError("policy.%s: unknown key; a dotted key must name a policy key (`gpufleet policy` "
-                                  "lists them); to nest it, write %s" % (key, nested))
+                problems.append("policy.%s: unknown key; a dotted key must name a policy key (`gpufleet policy` "
+                                "lists them); to nest it, write %s" % (key, nested))
+                break
             spec = entry
-        target = out
-        for part in parts[:-1]:
-            if not isinstance(target.get(part), dict):
-                target[part] = {}
-            target = target[part]
-        target[parts[-1]] = copy.deepcopy(value)
+        else:
+            target = out
+            for part in parts[:-1]:
+                if not isinstance(target.get(part), dict):
+                    target[part] = {}
+                target = target[part]
+            target[parts[-1]] = copy.deepcopy(value)
     return out
 
 
@@ -452,7 +504,7 @@ def merge_layers(layers, names=None):
         try:
             merged = merge(merged, expand_dotted(layer))
         except PolicyError as exc:
-            raise PolicyError("%s: %s" % (name, exc)) from exc
+            raise PolicyError("%s: %s" % (name, exc), ["%s: %s" % (name, p) for p in exc.problems]) from exc
     return merged
 
 
@@ -470,62 +522,60 @@ def from_option(layers, known_rules=None):
     return validate(merged, known_rules=known_rules)
 
 
-def _validate_positive(policy):
+def _validate_positive(policy, problems):
     for path, rule in sorted(POSITIVE.items()):
         section, key = path.split(".")
         value = (policy.get(section) or {}).get(key)
         if value is not None and value <= 0:
-            raise PolicyError("policy.%s: must be > 0, got %r (it would turn %s off silently; to turn a rule off "
-                              "write rules: {%s: {enabled: false}})" % (path, value, rule, rule))
+            problems.append("policy.%s: must be > 0, got %r (it would turn %s off silently; to turn a rule off "
+                            "write rules: {%s: {enabled: false}})" % (path, value, rule, rule))
 
 
-def _validate_probe(policy):
+def _validate_probe(policy, problems):
     for key, value in sorted((policy.get("probe") or {}).items()):
         if not 0 < value <= 100:
-            raise PolicyError("policy.probe.%s: must be a percent > 0 and <= 100, got %r" % (key, value))
+            problems.append("policy.probe.%s: must be a percent > 0 and <= 100, got %r" % (key, value))
 
 
-def _validate_watch(policy):
+def _validate_watch(policy, problems):
     watch = policy.get("watch") or {}
     if watch.get("interval_seconds", 1) < 10:
-        raise PolicyError("policy.watch.interval_seconds: must be >= 10, got %r (a check reads every GPU and "
-                          "samples counters for about a second)" % watch["interval_seconds"])
+        problems.append("policy.watch.interval_seconds: must be >= 10, got %r (a check reads every GPU and "
+                        "samples counters for about a second)" % watch["interval_seconds"])
     for key in ("textfile_dir", "state_file"):
         value = watch.get(key)
         if value is not None and not value.startswith("/"):
-            raise PolicyError("policy.watch.%s: must be an absolute path, got %r" % (key, value))
+            problems.append("policy.watch.%s: must be an absolute path, got %r" % (key, value))
     owner = watch.get("textfile_owner")
     if owner is not None and not re.match(r"^([a-z_][a-z0-9_.-]{0,31}|[0-9]+)\Z", owner):
-        raise PolicyError("policy.watch.textfile_owner: must be a user name (lowercase letters, digits, _ . -) or a "
-                          "uid, got %r" % owner)
+        problems.append("policy.watch.textfile_owner: must be a user name (lowercase letters, digits, _ . -) or a "
+                        "uid, got %r" % owner)
     probe_seconds = watch.get("probe_seconds")
     if probe_seconds is not None and not 0 <= probe_seconds <= 30:
-        raise PolicyError("policy.watch.probe_seconds: must be 0 (off) to 30 seconds, got %r" % probe_seconds)
+        problems.append("policy.watch.probe_seconds: must be 0 (off) to 30 seconds, got %r" % probe_seconds)
     floor = (watch.get("slurm") or {}).get("min_available_nodes")
     if isinstance(floor, int) and floor < 0:
-        raise PolicyError("policy.watch.slurm.min_available_nodes: must be >= 0, got %r (0: no floor)" % floor)
+        problems.append("policy.watch.slurm.min_available_nodes: must be >= 0, got %r (0: no floor)" % floor)
     fraction = (watch.get("slurm") or {}).get("max_drained_fraction")
     if fraction is not None and not 0 < fraction <= 1:
-        raise PolicyError("policy.watch.slurm.max_drained_fraction: must be > 0 and <= 1, got %r (to never drain, "
-                          "set watch.slurm.drain: false)" % fraction)
+        problems.append("policy.watch.slurm.max_drained_fraction: must be > 0 and <= 1, got %r (to never drain, "
+                        "set watch.slurm.drain: false)" % fraction)
 
 
 def validate(overrides, known_rules=None):
-    """Check a (partial) policy; raise PolicyError naming the key path. Returns the merged policy. Keys may be
-    nested (``memory: {max_swappiness: 5}``) or dotted at the top level (``memory.max_swappiness: 5``)."""
+    """Check a (partial) policy; raise PolicyError listing every problem, each naming its key path, what was given
+    and what is allowed. Returns the merged policy. Keys may be nested (``memory: {max_swappiness: 5}``) or dotted
+    at the top level (``memory.max_swappiness: 5``)."""
     if overrides is None:
         overrides = {}
-    overrides = expand_dotted(overrides)
-    _validate_section(SPEC, overrides, "")
-    policy = merge(DEFAULTS, overrides)
-    _validate_positive(policy)
-    _validate_links(policy)
-    _validate_mtu(policy)
-    _validate_rdma(policy)
-    _validate_power(policy)
-    _validate_watch(policy)
-    _validate_probe(policy)
-    _validate_rules(policy, known_rules)
+    problems = []
+    overrides = _expand_dotted(overrides, problems)
+    policy = merge(DEFAULTS, _validate_section(SPEC, overrides, "", problems))
+    for check in (_validate_positive, _validate_links, _validate_mtu, _validate_rdma, _validate_power,
+                  _validate_watch, _validate_probe):
+        check(policy, problems)
+    _validate_rules(policy, known_rules, problems)
+    _raise_all(problems)
     return policy
 
 

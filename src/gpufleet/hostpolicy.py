@@ -78,12 +78,15 @@ def explain(layers: list[tuple[str, dict[str, Any]]]) -> tuple[dict[str, Any], d
     from ansible_collections.gpufleet.tuning.plugins.module_utils import rules
 
     expanded = []
+    problems = []  # every invalid layer, each with every problem
     for name, layer in layers:
         try:
             policy.validate(layer, known_rules=rules.BY_ID)
             expanded.append((name, policy.expand_dotted(layer)))
         except policy.PolicyError as exc:
-            raise UsageError(f"{name}: {exc}") from exc
+            problems.append(f"{name}: {exc}")
+    if problems:
+        raise UsageError("\n".join(problems))
     try:
         merged = policy.validate(policy.merge_layers([layer for _, layer in expanded]), known_rules=rules.BY_ID)
     except policy.PolicyError as exc:

@@ -93,7 +93,7 @@ def inventory_hosts(
             problems.setdefault(problem, []).append(host.name)
     if problems:
         count = sum(len(names) for names in problems.values())
-        lines = [f"  {_names(names)}: {message}" for message, names in problems.items()]
+        lines = [f"  {_names(names)}: " + message.replace("\n", "\n    ") for message, names in problems.items()]
         raise UsageError(
             f"invalid policy for {count} host{'s' if count != 1 else ''} (nothing was run):\n" + "\n".join(lines)
         )
@@ -144,25 +144,32 @@ def _names(names: list[str], shown: int = 5) -> str:
 
 
 def _host_policy_problem(host, variables, loader, templar_class, overrides, policy_mod, rules) -> str | None:
-    """The first problem with one host's policy layers (each layer alone, then merged with --policy), or None."""
+    """The problems with one host's policy layers (each layer alone, every problem of each; then merged with
+    --policy when each layer is valid), one line each, or None."""
     hostvars = variables.get_vars(host=host, include_hostvars=False)
     templar = templar_class(loader=loader, variables=hostvars)
     merged: dict[str, Any] = {}
+    problems: list[str] = []
     for layer in inventory_layers():
         try:
             raw = templar.template(hostvars.get(layer) or {})
         except Exception as exc:  # an undefined variable or a template error in the inventory
-            return f"{layer}: {exc}"
+            problems.append(f"{layer}: {exc}")
+            continue
         if not isinstance(raw, dict):
-            return f"{layer} must be a mapping, got {type(raw).__name__}"
+            problems.append(f"{layer} must be a mapping, got {type(raw).__name__}")
+            continue
         try:
             policy_mod.validate(raw, known_rules=rules.BY_ID)
         except policy_mod.PolicyError as exc:
-            return f"{layer}: {exc}"
+            problems.append(f"{layer}: {exc}")
+            continue
         merged = policy_mod.merge(merged, policy_mod.expand_dotted(raw))
     problem, from_file = _policy_file_layer(hostvars, templar)
     if problem:
-        return problem
+        problems.append(problem)
+    if problems:
+        return "\n".join(problems)
     merged = policy_mod.merge(merged, policy_mod.expand_dotted(from_file))
     try:
         policy_mod.validate(policy_mod.merge(merged, policy_mod.expand_dotted(overrides)), known_rules=rules.BY_ID)

@@ -152,3 +152,76 @@ def test_no_role_merges_the_policy_layers_itself():
     files = [p for p in sorted((REPO / "roles").rglob("*")) if p.suffix in (".yml", ".yaml", ".j2") and p.is_file()]
     files += [REPO / "playbooks" / "watch.yml", REPO / "playbooks" / "remediate.yml"]
     assert [str(p.relative_to(REPO)) for p in files if LAYER_LIST.search(p.read_text())] == []
+
+
+# ---- issue 29: every policy error is listed, not the first
+
+# Four mistakes in four places: an unknown key, a wrong type, a value outside its set, a bad severity; and a dotted
+# key that names nothing.
+MANY_MISTAKES = {
+    "memory": {"max_swapiness": 5},
+    "power": {"ecc": "yes"},
+    "cpu": {"irqbalance": "sometimes"},
+    "min_severity": "urgent",
+    "network.mtuu": 9000,
+}
+EVERY_MISTAKE = [
+    "policy.memory.max_swapiness: unknown key (known: gpu_full_pct, max_swappiness,",
+    "policy.power.ecc: expected bool, got 'yes' (str)",
+    "policy.cpu.irqbalance: 'sometimes' is not one of running, stopped, any",
+    "policy.min_severity: 'urgent' is not a severity (critical, high, medium, low, info)",
+    "policy.network.mtuu: unknown key; a dotted key must name a policy key",
+]
+
+
+def test_every_problem_of_a_policy_is_listed_in_one_error():
+    with pytest.raises(PolicyError) as exc:
+        validate(MANY_MISTAKES, known_rules=rules.BY_ID)
+    message = str(exc.value)
+    assert message.startswith("policy: 5 problems:\n"), message
+    for problem in EVERY_MISTAKE:
+        assert sum(problem in line for line in message.splitlines()) == 1, (problem, message)
+    assert len(exc.value.problems) == 5
+    # One problem alone keeps its own message, with nothing around it.
+    with pytest.raises(PolicyError) as exc:
+        validate({"power": {"ecc": "yes"}})
+    assert str(exc.value) == "policy.power.ecc: expected bool, got 'yes' (str)"
+
+
+def test_the_checks_of_the_merged_policy_run_beside_a_wrong_type():
+    """A value of the wrong type is left out of the merged policy (no traceback comparing it), and the checks of
+    the merged policy still report theirs: a bad rule, a zero that would turn a rule off, a bad peer."""
+    with pytest.raises(PolicyError) as exc:
+        validate(
+            {
+                "probe": {"gpu_idle_pct": "half"},
+                "network": {"buffer_factor": 0, "mtu": {"eth0": 10}},
+                "rules": {"GPU-PWR-999": {"enabled": False}, "GPU-PWR-001": {"severity": "huge", "x": 1}},
+                "peers": [{"site": "us", "host": "h", "port": 0}],
+                "sites": {"eu": {"links": ["us"]}},
+            },
+            known_rules=rules.BY_ID,
+        )
+    problems = exc.value.problems
+    for expected in (
+        "policy.probe.gpu_idle_pct: expected number",
+        "policy.network.buffer_factor: must be > 0, got 0",
+        "policy.network.mtu.eth0: an MTU is an integer from 68 to 65535",
+        "policy.rules.GPU-PWR-999: unknown rule id",
+        "policy.rules.GPU-PWR-001.severity: 'huge' is not a severity",
+        "policy.rules.GPU-PWR-001.x: unknown key (known: enabled, severity)",
+        "policy.peers[0].port: must be 1-65535, got 0",
+        "policy.sites.eu.links: expected a mapping",
+    ):
+        assert any(p.startswith(expected) for p in problems), (expected, problems)
+    assert len(problems) == 8, problems
+
+
+def test_every_problem_of_a_layer_is_listed_with_the_layers_name():
+    with pytest.raises(PolicyError) as exc:
+        policy.from_option([{}, {"memory.max_swapiness": 5, "cpu.governer": "performance"}])
+    assert str(exc.value).startswith("gpufleet_policy_group: policy: 2 problems:\n"), exc.value
+    assert [p.split(":")[:2] for p in exc.value.problems] == [
+        ["gpufleet_policy_group", " policy.memory.max_swapiness"],
+        ["gpufleet_policy_group", " policy.cpu.governer"],
+    ]

@@ -141,7 +141,7 @@ def test_policy_host_json_is_the_effective_policy_with_its_layers(fleet, capsys,
     [
         (["--host", "nope-01"], "no host nope-01 in inventory"),
         (["--host", "fra-01", "--policy", "BAD"], "--policy BAD: policy.power.limit_pct: must be >= 0"),
-        (["--json"], "--json and --policy go with --host NAME"),
+        (["--json"], "--json goes with --host NAME"),
     ],
 )
 def test_policy_host_errors_exit_3_naming_the_layer_or_host(fleet, capsys, args, message):
@@ -215,3 +215,50 @@ def test_a_host_not_audited_keeps_the_site_its_policy_file_sets(tmp_path):
     assert host_site({**layers, "gpufleet_policy_file": {"site": "ap_southeast"}}) == "ap_southeast"  # a worker's
     assert host_site(layers, overrides={"site": "us_west"}) == "us_west"  # --policy last
     assert host_site({**layers, "gpufleet_policy_file": str(tmp_path / "missing.yml")}) == "us_east"
+
+
+BAD_POLICY = (
+    "memory: {max_swapiness: 5}\n"  # unknown key
+    "power: {ecc: 'yes'}\n"  # wrong type
+    "cpu: {irqbalance: sometimes}\n"  # not in its set
+)
+EVERY_PROBLEM = (
+    "\n  policy.memory.max_swapiness: unknown key (known: gpu_full_pct, max_swappiness,",
+    "\n  policy.power.ecc: expected bool, got 'yes' (str)",
+    "\n  policy.cpu.irqbalance: 'sometimes' is not one of running, stopped, any",
+)
+
+
+@pytest.mark.parametrize("command", ["audit", "policy", "policy-host"])
+def test_every_problem_of_a_policy_file_is_listed_exit_3(fleet, capsys, tmp_path, command):
+    """issue 29: one error listing every mistake of the file, each with its key, before anything runs."""
+    inventory, _ = fleet
+    bad = tmp_path / "bad.yml"
+    bad.write_text(BAD_POLICY)
+    args = {
+        "audit": ["audit", "-i", str(inventory), "--out", str(tmp_path / "reports")],
+        "policy": ["policy"],
+        "policy-host": ["policy", "--host", "fra-01", "-i", str(inventory)],
+    }[command]
+    code = cli.main([*args, "--policy", str(bad)])
+    _, err = capsys.readouterr()
+    assert code == 3, err
+    assert f"--policy {bad}: policy: 3 problems:" in err, err
+    for problem in EVERY_PROBLEM:
+        assert problem in err, (problem, err)
+    assert not (tmp_path / "reports").exists() or not any((tmp_path / "reports").iterdir())
+
+
+def test_every_problem_of_each_inventory_layer_is_listed(fleet):
+    from gpufleet import preflight
+    from gpufleet.exits import UsageError
+
+    inventory, _ = fleet
+    (inventory.parent / "host_vars" / "fra-01.yml").write_text(
+        yaml.safe_dump({"gpufleet_policy_host": {"cpu": {"governer": "performance"}, "min_severity": "urgent"}})
+    )
+    with pytest.raises(UsageError) as exc:
+        preflight.inventory_hosts(str(inventory), None, {}, None)
+    message = str(exc.value)
+    assert "fra-01: gpufleet_policy_host: policy: 2 problems:" in message, message
+    assert "\n      policy.cpu.governer: unknown key" in message and "\n      policy.min_severity: 'urgent'" in message

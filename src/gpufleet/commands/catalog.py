@@ -38,11 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "or the inventory's gpufleet_policy* variables override them. With --host: that host's effective policy, "
         "the one the audit, the watch, the probe and remediate judge it by (the defaults, then gpufleet_policy, "
         "gpufleet_policy_group, gpufleet_policy_host, gpufleet_policy_file, then --policy or "
-        "gpufleet_policy_overrides; later wins), each key with the layer that set it. Reads the inventory only.",
+        "gpufleet_policy_overrides; later wins), each key with the layer that set it. With --policy alone: the "
+        "file checked (every problem listed, exit 3) and the policy it makes. Reads the inventory only.",
         examples="""
   gpufleet policy | grep memory
   gpufleet policy --host fra-h100-01 -i my-fleet/inventory --policy my-fleet/policy.yml
   gpufleet policy --host fra-h100-01 -i my-fleet/inventory --json | jq '.keys["power.limit_pct"]'
+  gpufleet policy --policy my-fleet/policy.yml   # checks the file, shows what it sets
 """,
         exit_codes=options.READ_ONLY_EXIT_CODES,
     )
@@ -70,9 +72,11 @@ def run_catalog(args: argparse.Namespace) -> int:
 
 def run_policy(args: argparse.Namespace) -> int:
     paths.import_collection()
+    if args.host is None and args.policy:
+        return _show_policy_file(args)
     if args.host is None:
-        if args.json or args.policy:
-            raise exits.UsageError("--json and --policy go with --host NAME (one host's effective policy)")
+        if args.json:
+            raise exits.UsageError("--json goes with --host NAME (one host's effective policy) or --policy FILE")
         from gpufleet import docs
 
         print(docs.policy_markdown() if args.markdown else docs.policy_text(_width()))
@@ -87,6 +91,22 @@ def run_policy(args: argparse.Namespace) -> int:
         print(json.dumps(hostpolicy.as_json(args.host, layers, merged, sources), indent=2, sort_keys=True))
     else:
         print(clean_lines(hostpolicy.as_text(args.host, layers, merged, sources)))
+    return exits.EXIT_OK
+
+
+def _show_policy_file(args: argparse.Namespace) -> int:
+    """`gpufleet policy --policy FILE` without --host: the file checked (every problem listed, exit 3) and the
+    policy it makes over the defaults, each key with who set it."""
+    if args.markdown:
+        raise exits.UsageError("--markdown is the table of every policy key: it does not go with --policy")
+    from gpufleet import hostpolicy, preflight
+
+    layers = [(f"--policy {args.policy}", preflight.load_policy_file(args.policy))]
+    merged, sources = hostpolicy.explain(layers)
+    if args.json:
+        print(json.dumps(hostpolicy.as_json(args.policy, layers, merged, sources), indent=2, sort_keys=True))
+    else:
+        print(clean_lines(hostpolicy.as_text(args.policy, layers, merged, sources)))
     return exits.EXIT_OK
 
 
