@@ -76,6 +76,7 @@ class SysfsSettings:
         self.targets = []  # (path, value) in the order they are set
         self.files, self.not_settable, self.unmatched = {}, {}, []
         self.config_text = None
+        self.config_before = None  # config_file's text before this run (None: no file)
         self.config_changed = False
 
     def _entry(self, path, value):
@@ -92,7 +93,8 @@ class SysfsSettings:
                 self.files[path] = self._entry(path, value)
         if self.config_file:
             self.config_text = json.dumps({"settings": self.settings}, indent=2, sort_keys=True) + "\n"
-            self.config_changed = self.fs.read(self.config_file) != self.config_text
+            self.config_before = self.fs.read(self.config_file)
+            self.config_changed = self.config_before != self.config_text
 
     def apply(self):
         if self.module.check_mode:
@@ -117,11 +119,22 @@ class SysfsSettings:
                 self.module.fail_json(msg="config_file: cannot write %s: %s" % (self.config_file, exc))
 
     def diff(self):
+        """The sysfs values that change, one 'path: value' line each; with a config_file, the file's own diff too
+        (its header the path on the host), so that a run that only records values already in effect has one."""
         changed = [(path, entry) for path, entry in sorted(self.files.items()) if entry["changed"]]
-        return {
+        values = {
             "before": "".join("%s: %s\n" % (path, entry["before"]) for path, entry in changed),
             "after": "".join("%s: %s\n" % (path, entry["after"]) for path, entry in changed),
         }
+        if not self.config_file:
+            return values
+        config = {
+            "before_header": self.config_file,
+            "after_header": self.config_file,
+            "before": (self.config_before or "") if self.config_changed else "",
+            "after": self.config_text if self.config_changed else "",
+        }
+        return [values, config]
 
     def result(self):
         return dict(

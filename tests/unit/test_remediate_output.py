@@ -210,3 +210,32 @@ def test_raw_output_goes_to_the_log_whole_and_to_the_terminal_without_deprecatio
     shown = terminal.getvalue()
     assert "DEPRECATION" not in shown and "Deprecation" not in shown and "from cryptography" not in shown
     assert "PLAY [Remediate" in shown and "ok: [h1]" in shown and "an indented line" in shown
+
+
+class _Module:
+    """What sysfs_settings reads of an AnsibleModule: its params and check mode."""
+
+    def __init__(self, root, check_mode=True):
+        self.params = {"root": str(root), "config_file": "/etc/gpufleet/sysfs.json"}
+        self.check_mode = check_mode
+
+
+def test_sysfs_settings_that_only_record_values_in_effect_return_the_config_files_diff(tmp_path):
+    """--persist on a host whose governor already is `performance`: the task changes (it writes the boot-time
+    record) and its diff shows that file, named as on the host; the value lines stay empty."""
+    from ansible_collections.gpufleet.tuning.plugins.module_utils import sysfs_settings
+
+    governor = tmp_path / "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"
+    governor.parent.mkdir(parents=True)
+    governor.write_text("performance\n")
+    job = sysfs_settings.SysfsSettings(
+        _Module(tmp_path), {"/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor": "performance"}
+    )
+    job.plan()
+    job.apply()
+    result = job.result()
+    assert result["changed"] is True
+    [text] = remediate.unified_diffs(result, "gpufleet.tuning.sysfs_settings")
+    assert text.splitlines()[:2] == ["--- /etc/gpufleet/sysfs.json", "+++ /etc/gpufleet/sysfs.json"]
+    assert '+    "/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor": "performance"' in text
+    assert not (tmp_path / "etc").exists()  # check mode
