@@ -23,7 +23,7 @@ description:
     value a role sets is the one the audit expects.
   - A role's public variable set in the inventory (for example C(host_tuning_swappiness)) takes the place of the
     policy's value for its target; each one set is listed in RV(overrides).
-  - Judges each fixable rule with the audit's own check on the same facts and policy (RV(verdicts)): the roles set
+  - Judges each fixable rule with the audit's own check on the same facts and policy (RV(verdicts)); the roles set
     a rule's values only where it does not pass (RV(apply)). A passing rule's values already hold and are left
     alone, unless O(persist) is true or one of the rule's role variables is set (an explicit request); a rule the
     check cannot judge here (skip, error) is applied as before.
