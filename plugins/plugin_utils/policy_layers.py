@@ -94,12 +94,31 @@ def stray_keys(extra_vars):
     return sorted(name for name in (extra_vars or {}) if name in policy.SPEC)
 
 
-def stray_message(names):
-    return (
+def stray_message(names, reads_policy=True):
+    """Why a run with policy keys among its extra variables stops; ``reads_policy`` False: a playbook that judges
+    nothing (topology), which takes no policy at all."""
+    given = (
         "policy keys given as extra variables are read by nothing: %s (-e @policy.yml sets each key of the file as a "
-        "variable of its own). Give the policy file as -e %s=policy.yml (the file `gpufleet --policy` takes), or its "
-        "keys under %s" % (", ".join(names), FILE_VARIABLE, LAYERS[-1])
+        "variable of its own)" % ", ".join(names)
     )
+    if not reads_policy:
+        return given + (
+            ". This playbook reads no policy: leave them out (the playbooks that judge - audit, watch, probe, "
+            "remediate - take the policy file as -e %s=policy.yml)" % FILE_VARIABLE
+        )
+    return given + (
+        ". Give the policy file as -e %s=policy.yml (the file `gpufleet --policy` takes), or its keys under %s"
+        % (FILE_VARIABLE, LAYERS[-1])
+    )
+
+
+def refuse_stray_keys(loader, reads_policy=True):
+    """AnsibleActionFail (stray_message) when the run's extra variables hold policy keys of their own."""
+    from ansible.utils.vars import load_extra_vars
+
+    stray = stray_keys(load_extra_vars(loader))
+    if stray:
+        raise AnsibleActionFail(stray_message(stray, reads_policy))
 
 
 class PolicyLayersAction(ActionBase):
@@ -110,11 +129,7 @@ class PolicyLayersAction(ActionBase):
     _supports_check_mode = True
 
     def module_args(self, task_vars):
-        from ansible.utils.vars import load_extra_vars
-
-        stray = stray_keys(load_extra_vars(self._loader))
-        if stray:
-            raise AnsibleActionFail(stray_message(stray))
+        refuse_stray_keys(self._loader)
         args = dict(self._task.args)
         if "policy" not in args:
             try:

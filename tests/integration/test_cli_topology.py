@@ -156,3 +156,23 @@ def test_a_host_that_cannot_be_read_exits_2_and_the_others_are_still_written(fle
 def test_an_inventory_that_does_not_exist_is_a_usage_error(tmp_path):
     proc = labkit.gpufleet("topology", "-i", str(tmp_path / "nope.yml"), timeout=60)
     assert proc.returncode == 3 and "inventory not found" in proc.stderr
+
+
+def test_policy_keys_given_as_extra_variables_stop_the_playbook_naming_gpufleet_policy_file(fleet, tmp_path):
+    """Issue 29: `ansible-playbook playbooks/topology.yml -e @policy.yml` was silently accepted. The topology reads
+    no policy: each host's task fails naming the keys and gpufleet_policy_file (what the playbooks that judge take),
+    and no topology is returned; gpufleet_policy_file itself (set fleet-wide in an inventory) is no error."""
+    from gpufleet.runner import run_playbook
+
+    _, inventory = fleet
+    stray = run_playbook("topology.yml", str(inventory), limit="hgx01", extravars={"min_severity": "low", "power": {}})
+    host = stray.hosts["hgx01"]
+    assert host.status == "failed", host.message
+    assert "read by nothing: min_severity, power" in host.message and "gpufleet_policy_file" in host.message
+    assert not (host.actions.get("gpufleet.tuning.gpu_topology") or {}).get("topology")
+    policy_file = tmp_path / "policy.yml"
+    policy_file.write_text("min_severity: low\n")
+    named = run_playbook(
+        "topology.yml", str(inventory), limit="hgx01", extravars={"gpufleet_policy_file": str(policy_file)}
+    )
+    assert named.hosts["hgx01"].status == "ok", named.hosts["hgx01"].message
