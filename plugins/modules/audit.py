@@ -217,7 +217,6 @@ from ansible.module_utils.basic import AnsibleModule
 # First: every module_utils file below is then compiled once per run, not twice (zipimport_once.py says why).
 from ansible_collections.gpufleet.tuning.plugins.module_utils import zipimport_once  # noqa: F401  # pylint: disable=unused-import
 from ansible_collections.gpufleet.tuning.plugins.module_utils import audit_core, gpu, ifname, rules
-from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, from_option
 
 
 def main():
@@ -240,10 +239,7 @@ def main():
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
 
-    try:
-        policy = from_option(params["policy"], known_rules=rules.BY_ID)
-    except PolicyError as exc:
-        module.fail_json(msg=str(exc))
+    policy = rules.policy_from_module(module)
     gpu.check_reader_params(module)
     if not 0 <= params["sample_seconds"] <= 10:
         module.fail_json(msg="sample_seconds: must be between 0 and 10, got %s" % params["sample_seconds"])

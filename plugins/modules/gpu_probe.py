@@ -151,7 +151,6 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.tuning.plugins.module_utils import zipimport_once  # noqa: F401  # pylint: disable=unused-import
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu, nvml, probe, rules
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
-from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import PolicyError, from_option
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import balance
 
 
@@ -165,10 +164,7 @@ def main():
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
-    try:
-        policy = from_option(params["policy"], known_rules=rules.BY_ID)
-    except PolicyError as exc:
-        module.fail_json(msg=str(exc))
+    policy = rules.policy_from_module(module)
     if not 0.5 <= params["sample_seconds"] <= probe.MAX_SAMPLE_SECONDS:
         module.fail_json(
             msg="sample_seconds: must be between 0.5 and %d, got %s"

@@ -19,7 +19,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import AREAS, SEVERITIES
+from ansible_collections.gpufleet.tuning.plugins.module_utils.policy import AREAS, SEVERITIES, PolicyError, from_option
 from ansible_collections.gpufleet.tuning.plugins.module_utils.summary import count_findings
 from ansible_collections.gpufleet.tuning.plugins.module_utils.rules import (
     balance,
@@ -52,6 +52,16 @@ BY_ID = dict((r.id, r) for r in RULES)
 
 def catalog():
     return [r.describe() for r in RULES]
+
+
+def policy_from_module(module):
+    """The ``policy`` option of a module that judges with this catalog (audit, gpu_probe), validated as
+    ``policy.from_option`` does with these rule ids; a bad policy fails the module with the message that names the
+    key and what it takes."""
+    try:
+        return from_option(module.params["policy"], known_rules=BY_ID)
+    except PolicyError as exc:
+        module.fail_json(msg=str(exc))
 
 
 def evaluate(facts, policy, rules=RULES):
