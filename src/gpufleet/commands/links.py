@@ -32,19 +32,6 @@ MAX_SECONDS = 60
 MAX_STREAMS = 64
 
 
-def _bounded(low: int, high: int, what: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number{what}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
-        return value
-
-    return parse
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     parser = options.command(
         sub,
@@ -70,27 +57,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     options.fleet(parser, inventory_required=True, verb="measure")
     parser.add_argument(
         "--time",
-        type=_bounded(1, MAX_SECONDS, " of seconds"),
+        type=options.whole_number(1, MAX_SECONDS, " of seconds"),
         default=10,
         metavar="S",
         help=f"seconds each iperf3 run measures, 1 to {MAX_SECONDS} (default: %(default)s)",
     )
     parser.add_argument(
         "--omit",
-        type=_bounded(0, 10, " of seconds"),
+        type=options.whole_number(0, 10, " of seconds"),
         default=2,
         metavar="S",
         help="seconds of TCP slow start left out of each run, 0 to 10 (default: %(default)s)",
     )
     parser.add_argument(
         "--streams",
-        type=_bounded(1, MAX_STREAMS, ""),
+        type=options.whole_number(1, MAX_STREAMS),
         metavar="N",
         help=f"parallel streams of the second run, 1 to {MAX_STREAMS} (default: the policy's network.link_streams)",
     )
     parser.add_argument(
         "--port",
-        type=_bounded(1024, 65535, ""),
+        type=options.whole_number(1024, 65535),
         default=5201,
         help="TCP port of the iperf3 server (default: %(default)s)",
     )

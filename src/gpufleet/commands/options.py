@@ -35,25 +35,28 @@ class _FailOnChoices:
         return value in self._all()
 
 
-def _at_least_one(text: str, what: str = "", unit: str = "") -> int:
-    """``text`` as a whole number of at least 1; the errors say ``what`` it counts (" of seconds") and ``unit``."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number{what}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1{unit}, got {value}")
-    return value
+def whole_number(low: int, high: int | None = None, what: str = "", unit: str = ""):
+    """An argparse ``type``: the text as a whole number from ``low`` (to ``high``, when given); the errors say
+    ``what`` it counts (" of seconds") and the ``unit`` of the bound (" second")."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number{what}") from None
+        if high is None and value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}{unit}, got {value}")
+        if high is not None and not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
+        return value
+
+    return parse
 
 
-def seconds(text: str) -> int:
-    """A whole number of seconds, at least 1 (--lock-timeout, --host-timeout)."""
-    return _at_least_one(text, " of seconds", " second")
-
-
-def positive(text: str) -> int:
-    """A whole number of at least 1 (--forks)."""
-    return _at_least_one(text)
+# A whole number of seconds, at least 1 (--lock-timeout, --host-timeout).
+seconds = whole_number(1, what=" of seconds", unit=" second")
+# A whole number of at least 1 (--forks).
+positive = whole_number(1)
 
 
 class Inventories(argparse.Action):
