@@ -837,6 +837,10 @@ def check_ecc_pending(facts, pol):
     return mode_pending(facts, "ecc", "reboot or GPU reset")
 
 
+# GPU-ECC-001 and 002 share their fix (target_ecc_mode) and its role variable.
+ECC_VARS = (RoleVar("gpu_runtime_ecc_mode", "ecc_mode", "power.ecc"),)
+
+
 RULES = (
     Rule(
         "GPU-HLT-001",
@@ -980,7 +984,7 @@ RULES = (
         check_ecc_mode,
         role="gpu_runtime",
         target=target_ecc_mode,
-        role_vars=(RoleVar("gpu_runtime_ecc_mode", "ecc_mode", "power.ecc"),),
+        role_vars=ECC_VARS,
         policy_keys=("power.ecc",),
         references=(sources.NVML_QUERIES, sources.GPU_MEMORY_ERRORS),
     ),
@@ -994,7 +998,7 @@ RULES = (
         check_ecc_pending,
         role="gpu_runtime",
         target=target_ecc_mode,
-        role_vars=(RoleVar("gpu_runtime_ecc_mode", "ecc_mode", "power.ecc"),),
+        role_vars=ECC_VARS,
         references=(sources.NVML_QUERIES, sources.NVML_COMMANDS),
     ),
     Rule(

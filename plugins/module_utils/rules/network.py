@@ -579,6 +579,10 @@ def target_slow_start_after_idle(facts, pol, given):
     return {"slow_start_after_idle": SLOW_START_AFTER_IDLE if long_haul_links(facts, pol) else None}
 
 
+# The NICs a network_tuning fix applies to (NET-MTU-001, NET-RING-001, NET-OFFL-001): the role's variable takes the
+# place of network.interfaces.
+INTERFACES_VAR = RoleVar("network_tuning_interfaces", "interfaces", "network.interfaces")
+
 RULES = (
     Rule(
         "NET-MTU-001",
@@ -596,7 +600,7 @@ RULES = (
         target=target_mtu,
         role_vars=(
             RoleVar("network_tuning_mtu", "mtu", "network.mtu / network.min_mtu"),
-            RoleVar("network_tuning_interfaces", "interfaces", "network.interfaces"),
+            INTERFACES_VAR,
         ),
         policy_keys=("network.interfaces", "network.min_mtu", "network.mtu"),
         references=(sources.GCP_MTU, sources.AWS_MTU, sources.RFC8200_MTU, sources.ESNET_HOST_TUNING),
@@ -617,7 +621,7 @@ RULES = (
         target=target_rings,
         role_vars=(
             RoleVar("network_tuning_rings", "rings", "NET-RING-001: rx and tx at their maximum"),
-            RoleVar("network_tuning_interfaces", "interfaces", "network.interfaces"),
+            INTERFACES_VAR,
         ),
         policy_keys=("network.interfaces",),
         references=(sources.MLX5_COUNTERS, sources.ICE_DRIVER, sources.ENA_BEST_PRACTICES, sources.ETHTOOL),
@@ -634,7 +638,7 @@ RULES = (
         target=target_offloads,
         role_vars=(
             RoleVar("network_tuning_offloads", "offloads", "network.offloads"),
-            RoleVar("network_tuning_interfaces", "interfaces", "network.interfaces"),
+            INTERFACES_VAR,
         ),
         policy_keys=("network.interfaces", "network.offloads"),
         references=(sources.KERNEL_OFFLOADS, sources.KERNEL_CHECKSUM_OFFLOADS, sources.ETHTOOL),
