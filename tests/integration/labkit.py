@@ -98,6 +98,14 @@ def sysfs_bus(state: dict[str, str], i: int) -> str:
     return "0000:" + state[f"gpu.{i}.pci_bus_id"].split(":", 1)[1].lower()
 
 
+def assert_clear_error(res, message: str) -> None:
+    """A host's result (runner.HostResult) for bad input: failed, with ``message`` in its error and no Python
+    traceback (a clean fail_json naming the field)."""
+    assert res.status == "failed", (res.status, res.message)
+    assert message in res.message, res.message
+    assert "Traceback" not in res.message, res.message
+
+
 def findings_of(results: dict, name: str, task: str = "Audit") -> tuple[dict, dict]:
     """({rule: finding}, facts) of host ``name``'s audit task in a run's per-host results; the host must be ok."""
     host = results[name]

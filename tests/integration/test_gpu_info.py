@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import labkit
 import pytest
 import yaml
 from ansible_collections.gpufleet.tuning.plugins.module_utils import decoders
@@ -521,10 +522,7 @@ def test_library_by_path(fleet):
     ],
 )
 def test_bad_input_is_a_clear_error(fleet, name, message):
-    host = fleet["hosts"][name]
-    assert host.status == "failed"
-    assert message in host.message
-    assert "Traceback" not in host.message
+    labkit.assert_clear_error(fleet["hosts"][name], message)
 
 
 def test_software_versions_from_root(fleet):

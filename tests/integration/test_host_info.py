@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 
+import labkit
 import pytest
 import simulators
 import yaml
@@ -265,10 +266,7 @@ def test_options(fleet):
     ],
 )
 def test_bad_input_is_a_clear_error(fleet, name, message):
-    res = fleet[name]
-    assert res.status == "failed"
-    assert message in res.message
-    assert "Traceback" not in res.message
+    labkit.assert_clear_error(fleet[name], message)
 
 
 def test_live_root_has_sane_types(fleet):

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import labkit
 import pytest
 import yaml
 from ansible_collections.gpufleet.tuning.plugins.module_utils import ethtool
@@ -482,6 +483,5 @@ def test_bad_interface_names_fail_clearly(fleet, host):
 )
 def test_bad_options_fail_clearly(fleet, host, message):
     res = fleet["hosts"][host]
-    assert res.status == "failed"
-    assert message in res.message
+    labkit.assert_clear_error(res, message)
     _no_traceback(res)
