@@ -171,6 +171,16 @@ def test_file_and_copy_diffs_name_the_path_on_the_host():
     [text] = remediate.unified_diffs(copy_res, "ansible.legacy.copy")
     assert text.splitlines()[:2] == ["--- /usr/local/libexec/gpufleet/apply", "+++ /usr/local/libexec/gpufleet/apply"]
     assert remediate.unified_diffs({"diff": {"prepared": "+ added\n"}}) == ["+ added"]
+    # a loop: the diffs of the items that changed, each with its own dest
+    loop = {
+        "changed": True,
+        "results": [
+            {"changed": False, "diff": [{"before": "a\n", "after": "b\n"}]},
+            {**copy_res, "changed": True},
+        ],
+    }
+    [text] = remediate.unified_diffs(loop, "ansible.builtin.copy")
+    assert text.splitlines()[:2] == ["--- /usr/local/libexec/gpufleet/apply", "+++ /usr/local/libexec/gpufleet/apply"]
 
 
 def test_undo_hint_only_when_something_may_have_changed():

@@ -113,7 +113,15 @@ def unified_diffs(res: dict[str, Any], action: str | None = None) -> list[str]:
     """The diffs a task returned (Ansible's ``diff``: one dict or a list; each with ``before``/``after`` strings or
     dicts, or ``prepared`` text), each as unified diff text whose headers name the path on the host: a
     template's or copy's ``after_header`` (a file on the controller) becomes its ``dest``; a diff without headers
-    takes the result's ``path``/``dest``. Diffs with nothing in them (before == after) are left out."""
+    takes the result's ``path``/``dest``. Diffs with nothing in them (before == after) are left out. A loop's
+    result: the diffs of its items that changed."""
+    if isinstance(res.get("results"), list):
+        return [
+            t
+            for item in res["results"]
+            if isinstance(item, dict) and item.get("changed")
+            for t in unified_diffs(item, action)
+        ]
     raw = res.get("diff")
     items = raw if isinstance(raw, list) else [raw] if isinstance(raw, dict) else []
     args = (res.get("invocation") or {}).get("module_args") or {}
