@@ -446,10 +446,11 @@ def diff(gpus):
     }
 
 
-def restore(nv, entries, check_mode):
+def restore(nv, entries, check_mode, plans=None):
     """Put back the prior values of rollback entries of kind 'gpu', through the same plan and apply as a change.
 
     ``nv`` is an initialised NVML. Returns ``[(entry, changed)]``; outside check mode the changes are applied.
+    ``plans``: a list that gets each GPU's plan (``uuid``, ``before``: its values now, ``after``: the restored ones).
     """
     by_uuid = {}
     for entry in entries:
@@ -472,6 +473,8 @@ def restore(nv, entries, check_mode):
             raise SettingsError("GPU %s: not found (%s)" % (uuid, error_name(exc))) from exc
         state_dir = items[0].get("state_dir") or "/var/lib/gpufleet"
         plan = plan_gpu(nv, index, want, load_locked(state_dir))
+        if plans is not None:
+            plans.append(plan)
         planned = set(call[0] for call in plan["calls"])
         out.extend((entry, entry["setting"] in planned) for entry in items)
         if plan["calls"] and not check_mode:

@@ -50,15 +50,15 @@ def load_record(module, directory, run_id):
 def restore(module, entries, diffs=None):
     """Put ``entries`` back in their order (the caller gives them newest first): files, sysctl and sysfs values and
     routes one by one, then the GPUs in one NVML session, then the NICs. Returns (restored, unchanged) descriptions.
-    ``diffs``: a list that gets, for each file, sysctl and sysfs entry that changes (or would), Ansible's diff dict
-    (before: the host's value now, after: the recorded one; both headers the entry's description)."""
+    ``diffs``: a list that gets, for each entry of any kind that changes (or would), Ansible's diff dict (before: the
+    host's value now, after: the recorded one; both headers the entry's description)."""
     restored, unchanged = [], []
     for e in entries:
         changed = _restore_entry(module, e, diffs)
         if changed is not None:
             (restored if changed else unchanged).append(_describe(e))
     for kind, restore_kind in (("gpu", _restore_gpus_or_fail), ("nic", restore_nics)):
-        r, u = restore_kind(module, [e for e in entries if e["kind"] == kind])
+        r, u = restore_kind(module, [e for e in entries if e["kind"] == kind], diffs)
         restored += r
         unchanged += u
     return restored, unchanged
@@ -86,15 +86,15 @@ def _restore_entry(module, e, diffs=None):
     if e["kind"] == "sysfs":
         return restore_value(module, e["path"], e["value"], diffs, _describe(e))
     if e["kind"] == "route":
-        return restore_route(module, e)
+        return restore_route(module, e, diffs)
     if e["kind"] == "route_table":
-        return restore_route_table(module, e)
+        return restore_route_table(module, e, diffs)
     return None
 
 
-def _restore_gpus_or_fail(module, entries):
+def _restore_gpus_or_fail(module, entries, diffs=None):
     try:
-        return restore_gpus(module, entries)
+        return restore_gpus(module, entries, diffs)
     except gs.SettingsError as exc:
         module.fail_json(msg="restoring GPU settings failed: %s" % exc)
     except NvmlInitError as exc:
@@ -125,6 +125,20 @@ def _add_diff(diffs, what, before, after):
         diffs.append({"before_header": what, "after_header": what, "before": before, "after": after})
 
 
+def _setting_text(name, value):
+    """A GPU or NIC setting as diff lines: ``name: value``; a mapping (a NIC's offloads, rings; a GPU's ECC mode)
+    one line per key, ``name.key: value``; a value absent (None) as no line."""
+    if isinstance(value, dict):
+        return "".join(_setting_text("%s.%s" % (name, k), v) for k, v in sorted(value.items()))
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        value = "on" if value else "off"
+    elif not isinstance(value, str):
+        value = json.dumps(value, sort_keys=True)
+    return "%s: %s\n" % (name, value)
+
+
 def restore_file(module, entry, diffs=None):
     path = entry["path"]
     if entry["content"] is None:
@@ -145,8 +159,16 @@ def restore_file(module, entry, diffs=None):
     return True
 
 
-def restore_route(module, entry):
-    """Put a route route_congctl changed back as recorded, or delete the one it created. True when it (would) change."""
+def _route_text(prefix, route):
+    """A route as `ip route` shows it (its congctl included), one line; None (no route): no line."""
+    if route is None:
+        return ""
+    return " ".join(routes.route_argv("show", prefix, route, routes.route_congctl_of(route))[2:]) + "\n"
+
+
+def restore_route(module, entry, diffs=None):
+    """Put a route route_congctl changed back as recorded, or delete the one it created. True when it (would) change.
+    ``diffs`` gets the route now and as it is restored (nothing, for one the run created)."""
     ip_bin = module.get_bin_path("ip", required=True)
     prefix = entry["prefix"]
     family = "-6" if entry["family"] == "inet6" else "-4"
@@ -173,6 +195,7 @@ def restore_route(module, entry):
             and routes.route_argv("replace", prefix, current, routes.route_congctl_of(current)) == argv
         ):
             return False
+    _add_diff(diffs, _describe(entry), _route_text(prefix, current), _route_text(prefix, was))
     if not module.check_mode:
         rc, out, err = module.run_command([ip_bin, family] + argv, environ_update=_C)
         if rc != 0:
@@ -182,9 +205,10 @@ def restore_route(module, entry):
     return True
 
 
-def restore_route_table(module, entry):
+def restore_route_table(module, entry, diffs=None):
     """Stop route_follow's service (where systemd runs it: its ExecStopPost empties the table too), then remove the
-    rules into gpufleet's table and the routes in it. True when there was (would be) something to remove."""
+    rules into gpufleet's table and the routes in it. True when there was (would be) something to remove.
+    ``diffs`` gets the rules and routes now and the empty table."""
     ip_bin = module.get_bin_path("ip", required=True)
     unit = entry.get("unit")
     systemctl = module.get_bin_path("systemctl")
@@ -197,6 +221,10 @@ def restore_route_table(module, entry):
         actions = follower.clear_plan()
     except RuntimeError as exc:
         module.fail_json(msg="restoring route table %s: cannot read it: %s" % (entry["table"], exc))
+    if actions:
+        # Each `ip ... del` as what it removes: the rule or the route as it is now.
+        now = "".join(" ".join(a[:2] + a[3:]) + "\n" for a in actions)
+        _add_diff(diffs, _describe(entry), now, "")
     if not module.check_mode:
         for argv in actions:
             rc, out, err = module.run_command([ip_bin] + argv, environ_update=_C)
@@ -223,17 +251,28 @@ def restore_value(module, path, value, diffs=None, what=None):
     return True
 
 
-def restore_gpus(module, entries):
-    """Let gpu_settings plan and apply the prior values of GPU entries, in one NVML session."""
+def restore_gpus(module, entries, diffs=None):
+    """Let gpu_settings plan and apply the prior values of GPU entries, in one NVML session. ``diffs`` gets each
+    setting that changes (or would): its value now and the recorded one."""
     if not entries:
         return [], []
     nv = nvml.load_pynvml(module.params["nvml_library"])
+    plans = []
     with nvml_session(nv):
-        done = gs.restore(nv, entries, module.check_mode)
+        done = gs.restore(nv, entries, module.check_mode, plans)
+    by_uuid = dict((plan["uuid"], plan) for plan in plans)
+    for e, changed in done:
+        plan = by_uuid.get(e["uuid"])
+        if changed and plan is not None:
+            key = e["setting"]
+            before, after = plan["before"].get(key), plan["after"].get(key)
+            _add_diff(diffs, _describe(e), _setting_text(key, before), _setting_text(key, after))
     return [_describe(e) for e, changed in done if changed], [_describe(e) for e, changed in done if not changed]
 
 
-def restore_nics(module, entries):
+def restore_nics(module, entries, diffs=None):
+    """Put NIC settings back through nic_settings' plan (ethtool, ip). ``diffs`` gets each field that changes (or
+    would): its value now and the recorded one."""
     restored, unchanged = [], []
     by_name = {}
     for e in entries:
@@ -252,10 +291,15 @@ def restore_nics(module, entries):
             None if ethtool_bin else "ethtool not found",
         )
         want = dict((e["field"], e["value"]) for e in items if e["value"] is not None)
-        _before, _after, steps, _unsupported = nic_settings.plan(current, want)
+        before, after, steps, _unsupported = nic_settings.plan(current, want)
         changed_fields = set(s[0] for s in steps)
         for e in items:
-            (restored if e["field"] in changed_fields else unchanged).append(_describe(e))
+            field = e["field"]
+            (restored if field in changed_fields else unchanged).append(_describe(e))
+            if field in changed_fields:
+                _add_diff(
+                    diffs, _describe(e), _setting_text(field, before.get(field)), _setting_text(field, after.get(field))
+                )
         if module.check_mode:
             continue
         for field, argv, tool in steps:

@@ -54,9 +54,10 @@ attributes:
     support: full
     details: Reports what would be restored (RV(restored)) and changes nothing, the record included.
   diff_mode:
-    support: partial
-    details: The value now and the recorded one of each file, sysctl and sysfs entry restored; GPU, NIC and route
-      entries are named in RV(restored) without a diff.
+    support: full
+    details: The value now and the recorded one of each entry restored, of every kind - a file's content, a sysctl
+      or sysfs value, a GPU setting, a NIC setting (one line per offload or ring), a route as C(ip route) shows it,
+      the rules and routes of gpufleet's own routing table.
 """
 
 EXAMPLES = r"""
@@ -84,8 +85,11 @@ nothing_to_restore:
   version_added: 0.2.0
 diff:
   description:
-    - In diff mode, for each file, sysctl and sysfs entry that is (or in check mode would be) restored, the host's
-      value now (C(before)) and the recorded one (C(after)), both headers the entry as in RV(restored).
+    - In diff mode, for each entry that is (or in check mode would be) restored, of every kind (file, sysctl,
+      sysfs, gpu, nic, route, route_table), the host's value now (C(before)) and the recorded one (C(after)), both
+      headers the entry as in RV(restored). A GPU or NIC setting is one line, its name and value; a route is one
+      line as C(ip route) shows it, empty when the run created it (it is deleted); a routing table, its rules and
+      routes now, and empty after.
   returned: success, in diff mode
   type: list
   elements: dict

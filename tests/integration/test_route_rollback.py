@@ -43,8 +43,8 @@ def routes(ns: str) -> list:
     )
 
 
-def rollback(host: Host, check: bool = False) -> dict:
-    res = run_playbook(str(REPO / "playbooks" / "rollback.yml"), str(host.tmp / "hosts.yml"), check=check)
+def rollback(host: Host, check: bool = False, diff: bool = False) -> dict:
+    res = run_playbook(str(REPO / "playbooks" / "rollback.yml"), str(host.tmp / "hosts.yml"), check=check, diff=diff)
     assert res.hosts["ns"].status == "ok", res.hosts["ns"].message
     return res.hosts["ns"].results["Restore the values recorded before the run"]
 
@@ -89,14 +89,41 @@ def test_rollback_restores_routes_unit_and_link(tmp_path, netns, own_route):  # 
     assert {e["path"] for e in record["entries"] if e["kind"] == "file"} >= {str(unit), str(wants)}
     after = routes(netns)
 
-    predicted = rollback(host, check=True)
+    # Issue 29: --check --diff shows what every kind would restore (the value now, the recorded one), not only
+    # files and sysctl/sysfs values: a route, gpufleet's own routing table (route_follow) and NIC settings.
+    labkit.ns_exec(netns, "ip", "rule", "add", "to", PREFIX, "pref", "900", "lookup", "1234")
+    labkit.ns_exec(netns, "ip", "route", "add", PREFIX, "via", "10.9.0.1", "dev", "mg0", "table", "1234")
+    record["entries"] += [
+        {"kind": "route_table", "table": 1234, "unit": "gpufleet-route-follow.service"},
+        {"kind": "nic", "name": "gv0", "field": "mtu", "value": 1400},
+        {"kind": "nic", "name": "gv0", "field": "offloads", "value": {"generic-receive-offload": True}},
+    ]
+    (tmp_path / "rollback/run-1.json").write_text(json.dumps(record))
+    nics = labkit.ns_exec(netns, "ip", "-j", "link", "show", "gv0")
+    predicted = rollback(host, check=True, diff=True)
     assert predicted["changed"] is True and f"route {PREFIX}" in predicted["restored"], predicted
     assert routes(netns) == after and unit.exists() and wants.is_symlink()
+    assert labkit.ns_exec(netns, "ip", "-j", "link", "show", "gv0") == nics
+    assert "to 198.51.100.0/24 lookup 1234" in labkit.ns_exec(netns, "ip", "rule", "show")
+    diffs = {d["before_header"]: (d["before"], d["after"]) for d in predicted["diff"]}
+    tuned = f"{PREFIX} via 10.9.0.1 dev mg0" + (" proto static" if own_route else "")
+    assert diffs[f"route {PREFIX}"][0].startswith(tuned) and "congctl bbr" in diffs[f"route {PREFIX}"][0]
+    assert diffs[f"route {PREFIX}"][1] == (f"{tuned} mtu 1400\n" if own_route else ""), diffs
+    assert diffs["route_table 1234"] == (
+        f"-4 rule to {PREFIX} pref 900 lookup 1234\n-4 route {PREFIX} table 1234\n",
+        "",
+    ), diffs
+    assert diffs["nic gv0 mtu"] == ("mtu: 1500\n", "mtu: 1400\n")
+    assert diffs["nic gv0 offloads"] == (
+        "offloads.generic-receive-offload: off\n",
+        "offloads.generic-receive-offload: on\n",
+    ), diffs
 
     done = rollback(host)
     assert done["changed"] is True and f"route {PREFIX}" in done["restored"], done
     assert routes(netns) == before
     assert not unit.exists() and not wants.is_symlink() and not wants.exists()
+    assert "lookup 1234" not in labkit.ns_exec(netns, "ip", "rule", "show")
 
     again = rollback(host)
     assert again["changed"] is False and again["restored"] == [], again

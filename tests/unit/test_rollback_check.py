@@ -63,3 +63,50 @@ def test_without_check_it_says_restored_and_takes_diff():
     rollback.print_hosts(_hosts(), None, out=out)
     assert out.getvalue().splitlines()[:2] == ["gpu01: run run-1: restored 2, already as before 1",
                                                "  restored: sysctl vm.swappiness"]  # fmt: skip
+
+
+def test_check_diff_shows_each_gpu_setting_now_and_restored_and_changes_nothing(tmp_path, profiles, sim_lib, capsys):
+    """Issue 29: GPU entries (power limit, persistence mode) were listed without a diff. `gpufleet rollback --check
+    --diff` on a simulated host (fake NVML, record and lock under tmp_path): each GPU setting with its value now and
+    the recorded one, the simulated GPUs and the record untouched."""
+    import json
+    import sys
+
+    import yaml
+
+    state = tmp_path / "nvml.state"
+    overrides = ["gpu.*.power_limit_mw=400000", "gpu.*.enforced_power_limit_mw=400000", "gpu.*.persistence_mode=1"]
+    profiles.write_state(state, profiles.build_state("a100", gpus=1, overrides=overrides))
+    uuid = profiles.read_state(state)["gpu.0.uuid"]
+    gpu = {"kind": "gpu", "uuid": uuid, "state_dir": str(tmp_path / "var")}
+    entries = [dict(gpu, setting="power_limit_w", value=250), dict(gpu, setting="persistence_mode", value=False)]
+    (tmp_path / "rollback").mkdir()
+    record = tmp_path / "rollback" / "run-1.json"
+    record.write_text(json.dumps({"run_id": "run-1", "created": "2026-12-01T00:00:00Z", "entries": entries}))
+    host = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "gpufleet_become": False,
+        "gpufleet_allow_local_changes": True,  # a simulated host: its GPUs are the fake NVML's state file
+        "gpufleet_environment": {"LD_LIBRARY_PATH": str(sim_lib.parent), "FAKE_NVML_STATE": str(state)},
+        "gpufleet_rollback_dir": str(tmp_path / "rollback"),
+        "gpufleet_lock_path": str(tmp_path / "run" / "remediation.lock"),
+    }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"h": host}}}))
+    before = (state.read_bytes(), record.read_bytes())
+
+    code = cli.main(["rollback", "-i", str(tmp_path / "hosts.yml"), "--check", "--diff"])
+    out = capsys.readouterr().out.splitlines()
+    assert code == exits.EXIT_OK, out
+    assert out[0] == "h: run run-1: would restore 2, already as before 0", out
+    for setting, now, recorded in (("persistence_mode", "on", "off"), ("power_limit_w", "400", "250")):
+        what = f"gpu {uuid} {setting}"
+        at = out.index(f"  would restore: {what}")
+        assert out[at + 1 : at + 6] == [
+            f"    --- {what} (now)",
+            f"    +++ {what} (restored)",
+            "    @@ -1 +1 @@",
+            f"    -{setting}: {now}",
+            f"    +{setting}: {recorded}",
+        ], out
+    assert (state.read_bytes(), record.read_bytes()) == before

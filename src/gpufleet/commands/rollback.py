@@ -41,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--diff",
         action="store_true",
-        help="show each file, sysctl and sysfs value as it is now and as it would be (is) restored",
+        help="show each entry (file, sysctl, sysfs, GPU and NIC setting, route) as it is now and as it would be (is) "
+        "restored",
     )
     parser.set_defaults(func=run)
 
