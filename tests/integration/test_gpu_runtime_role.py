@@ -181,7 +181,8 @@ def test_hand_set_cap_declared_in_policy_is_left_alone(tmp_path, profiles, sim_l
     gpu1, changed = _run(tmp_path)
     assert gpu1.status == "ok", gpu1.message
     assert "Power limit (GPU-PWR-002)" not in changed
-    assert gpu1.results["Power limit (GPU-PWR-002)"]["changed"] is False
+    # Issue 29: GPU-PWR-002 passes (the targets judge it with the audit's check), so the task does not even run.
+    assert "Power limit (GPU-PWR-002)" not in gpu1.results
     assert _limits(profiles, state) == ["300000", "300000"]
     assert _finding(gpu1, "GPU-PWR-002")["status"] == "pass"
 

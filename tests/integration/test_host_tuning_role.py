@@ -167,8 +167,16 @@ def test_targets_come_from_the_policy_and_running_choices_are_kept(tmp_path):
                 {"gpufleet_policy_group": {"memory": {"max_swappiness": 5}}},
             ),
             # An owner's swappiness 1 stays (today the role raises it to 10); a role variable set by the user wins
-            # and is listed.
-            "owner1": ({"swappiness": 1, "memlock_kb": 64}, {"host_tuning_memlock": "1048576"}),
+            # and is listed. Issue 29: HOST-MEM-002 passes, so its value is written only when asked to make what
+            # holds persistent (gpufleet_remediate_persist).
+            "owner1": (
+                {"swappiness": 1, "memlock_kb": 64},
+                {"host_tuning_memlock": "1048576", "gpufleet_remediate_persist": True},
+            ),
+            # Issue 29: the same owner without persist - every sysctl and memlock rule passes, nothing is written.
+            "held1": ({"swappiness": 1}, {}),
+            # Issue 29: a role variable set is a request to set it, even where the rule passes (10 <= 10 without swap).
+            "asked5": ({}, {"host_tuning_swappiness": 5}),
         },
     )
     hosts, changed = _run_fleet(tmp_path)
@@ -195,6 +203,14 @@ def test_targets_come_from_the_policy_and_running_choices_are_kept(tmp_path):
         }
     ]
     assert ("owner1", SYSCTL_TASK) in changed  # the file is written, with the owner's 1
+
+    assert not (tmp_path / "held1/etc/sysctl.d/60-gpufleet.conf").exists()
+    assert not (tmp_path / "held1/etc/security/limits.d/90-gpufleet.conf").exists()
+    assert (tmp_path / "held1/proc/sys/vm/swappiness").read_text().strip() == "1"
+    assert [c for c in changed if c[0] == "held1" and c[1] != "Decisions"] == []
+    assert "vm.swappiness = 5" in (tmp_path / "asked5/etc/sysctl.d/60-gpufleet.conf").read_text()
+    assert (tmp_path / "asked5/proc/sys/vm/swappiness").read_text().strip() == "5"
+    assert not (tmp_path / "asked5/etc/security/limits.d/90-gpufleet.conf").exists()  # HOST-MEM-004 passes
 
     _hosts, changed = _run_fleet(tmp_path)
     assert [c for c in changed if c[1] != "Decisions"] == []
