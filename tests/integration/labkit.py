@@ -127,6 +127,12 @@ def write_play(tmp: Path, text: str, name: str = "play.yml") -> Path:
     return path
 
 
+def run_hosts(tmp: Path, play: str, hosts: dict[str, dict], **kwargs) -> dict:
+    """Write ``play`` and an inventory of ``hosts`` (host name -> variables) under ``tmp`` and run it
+    (``run_playbook(..., **kwargs)``): the per-host results by name."""
+    return run_playbook(str(write_play(tmp, play)), str(write_inventory(tmp, hosts)), **kwargs).hosts
+
+
 def run(play: Path, inventory: Path, **kwargs):
     """``run_playbook(play, inventory, **kwargs)`` and the ``event_data`` of every task result that changed
     something (runner_on_ok events, in order; ``sorted({d["task"] for d in changed})`` names the tasks)."""

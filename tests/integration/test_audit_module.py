@@ -9,8 +9,6 @@ import labkit
 import pytest
 import yaml
 
-from gpufleet.runner import run_playbook
-
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "sim"))
 import demo  # noqa: E402
@@ -71,8 +69,7 @@ def results(sim_lib, tmp_path_factory, listener):
         "bad_rule": {**common, "test_policy": {"rules": {"NOPE-001": {"enabled": False}}}},
         "bad_iface": {**common, "test_interfaces": ["eth0;reboot"]},
     }
-    inventory = labkit.write_inventory(tmp, hosts)
-    return run_playbook(str(labkit.write_play(tmp, PLAYBOOK)), str(inventory)).hosts
+    return labkit.run_hosts(tmp, PLAYBOOK, hosts)
 
 
 def _ok(results, name):

@@ -16,15 +16,12 @@ from pathlib import Path
 import labkit
 import pytest
 
-from gpufleet.runner import run_playbook
-
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "sim"))
 import demo  # noqa: E402
 
 pytestmark = pytest.mark.integration
 mkroot, profiles = demo.mkroot, demo.profiles
-TASK = "Audit"
 
 PLAYBOOK = labkit.audit_play("Audit GPU presence and the driver stack", gather=["gpu", "host"])
 
@@ -104,16 +101,11 @@ def results(sim_lib, tmp_path_factory):
             d.mkdir(parents=True)
             (d / "version.json").write_text(json.dumps({"cuda": {"name": "CUDA SDK", "version": version}}))
         hosts[name] = labkit.audit_root_host(sim_lib, root, host_dir / "nvml.state", test_policy=policy)
-    inventory = labkit.write_inventory(tmp, hosts)
-    return run_playbook(str(labkit.write_play(tmp, PLAYBOOK)), str(inventory)).hosts
-
-
-def _findings(results, name):
-    return labkit.findings_of(results, name, TASK)
+    return labkit.run_hosts(tmp, PLAYBOOK, hosts)
 
 
 def test_healthy_hgx_passes_the_presence_and_stack_rules(results):
-    findings, facts = _findings(results, "hgx_ok")
+    findings, facts = labkit.findings_of(results, "hgx_ok")
     for rule in ("SW-KMOD-001", "SW-FM-001", "GPU-HLT-003", "HOST-HLT-003", "SW-CUDA-001"):
         assert findings[rule]["status"] in ("pass", "skip"), (rule, findings[rule])
     assert findings["SW-FM-001"]["status"] == "pass" and findings["GPU-HLT-003"]["status"] == "pass"
@@ -124,7 +116,7 @@ def test_healthy_hgx_passes_the_presence_and_stack_rules(results):
 
 def test_nvml_version_mismatch_is_a_kmod_finding_naming_both_versions(results):
     # Fails on the old code: NVML unavailable -> driver.version None -> SW-KMOD-001 skipped.
-    findings, facts = _findings(results, "kmod_mismatch")
+    findings, facts = labkit.findings_of(results, "kmod_mismatch")
     assert facts["gpu"]["nvml"]["available"] is False
     assert facts["gpu"]["nvml"]["error_code"] == "LibRmVersionMismatch"
     kmod = findings["SW-KMOD-001"]
@@ -136,7 +128,7 @@ def test_nvml_version_mismatch_is_a_kmod_finding_naming_both_versions(results):
 
 
 def test_nvswitch_host_with_stopped_fabric_manager_and_fatal_sxid(results):
-    findings, _facts = _findings(results, "hgx_fm_stopped")
+    findings, _facts = labkit.findings_of(results, "hgx_fm_stopped")
     assert findings["SW-FM-001"]["status"] == "fail" and findings["SW-FM-001"]["severity"] == "critical"
     assert "not running" in findings["SW-FM-001"]["message"]
     sxid = findings["HOST-HLT-003"]
@@ -146,12 +138,12 @@ def test_nvswitch_host_with_stopped_fabric_manager_and_fatal_sxid(results):
 
 def test_stale_fabric_manager_on_a_pcie_box_is_info_only(results):
     # Fails on the old code: SW-FM-001 failed critical on any installed fabric manager of another version.
-    findings, _facts = _findings(results, "l40s_fm_stale")
+    findings, _facts = labkit.findings_of(results, "l40s_fm_stale")
     assert findings["SW-FM-001"]["status"] == "warn" and findings["SW-FM-001"]["severity"] == "info"
 
 
 def test_gpu_on_the_bus_but_not_in_nvml(results):
-    findings, facts = _findings(results, "gpu_missing")
+    findings, facts = labkit.findings_of(results, "gpu_missing")
     finding = findings["GPU-HLT-003"]
     assert finding["status"] == "fail" and finding["severity"] == "critical"
     assert finding["observed"]["nvml"] == 7 and finding["observed"]["pci"] == 8
@@ -162,8 +154,8 @@ def test_gpu_on_the_bus_but_not_in_nvml(results):
 
 def test_cuda_minor_gap_warns_and_major_gap_fails(results):
     # Fails on the old code: the 12.4 toolkit on driver 535 (CUDA 12.2) failed at high severity.
-    minor, _ = _findings(results, "cuda_minor")
+    minor, _ = labkit.findings_of(results, "cuda_minor")
     assert minor["SW-CUDA-001"]["status"] == "warn" and minor["SW-CUDA-001"]["severity"] == "low"
     assert "PTX" in minor["SW-CUDA-001"]["message"]
-    major, _ = _findings(results, "cuda_major")
+    major, _ = labkit.findings_of(results, "cuda_major")
     assert major["SW-CUDA-001"]["status"] == "fail" and major["SW-CUDA-001"]["severity"] == "high"

@@ -17,15 +17,12 @@ from pathlib import Path
 import labkit
 import pytest
 
-from gpufleet.runner import run_playbook
-
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "sim"))
 import demo  # noqa: E402
 
 pytestmark = pytest.mark.integration
 mkroot, profiles = demo.mkroot, demo.profiles
-TASK = "Audit"
 
 PLAYBOOK = labkit.audit_play("Audit Blackwell and Grace platforms", gather=["gpu", "host"])
 
@@ -96,17 +93,12 @@ def results(sim_lib, tmp_path_factory):
         }
         root = mkroot.build_root(host_dir / "root", settings)
         hosts[name] = labkit.audit_root_host(sim_lib, root, host_dir / "nvml.state")
-    inventory = labkit.write_inventory(tmp, hosts)
-    return run_playbook(str(labkit.write_play(tmp, PLAYBOOK)), str(inventory)).hosts
-
-
-def _findings(results, name):
-    return labkit.findings_of(results, name, TASK)
+    return labkit.run_hosts(tmp, PLAYBOOK, hosts)
 
 
 def test_hgx_b200_with_fabric_manager_stopped(results):
     # Fails on the old code: SW-FM-001 passed and GPU-FAB-001 warned at medium.
-    findings, facts = _findings(results, "b200_fm_stopped")
+    findings, facts = labkit.findings_of(results, "b200_fm_stopped")
     pci = facts["gpu"]["pci"]
     assert pci["nvswitches"] == [] and [b["address"] for b in pci["nvswitch_bridges"]] == ["0000:c1:00.1",
                                                                                            "0000:c1:00.3"]
@@ -120,14 +112,14 @@ def test_hgx_b200_with_fabric_manager_stopped(results):
 
 
 def test_healthy_hgx_b200(results):
-    findings, _facts = _findings(results, "b200_ok")
+    findings, _facts = labkit.findings_of(results, "b200_ok")
     assert findings["SW-FM-001"]["status"] == "pass" and "with NVLSM" in findings["SW-FM-001"]["message"]
     assert findings["GPU-FAB-001"]["status"] == "pass" and findings["SW-IMEX-001"]["status"] == "pass"
 
 
 def test_gb200_tray_without_imex_running(results):
     # Fails on the old code: no rule checked IMEX.
-    findings, facts = _findings(results, "gb200_no_imex")
+    findings, facts = labkit.findings_of(results, "gb200_no_imex")
     imex = findings["SW-IMEX-001"]
     assert imex["status"] == "fail" and imex["severity"] == "high", imex
     assert "nvidia-imex is not running" in imex["message"]
@@ -136,14 +128,14 @@ def test_gb200_tray_without_imex_running(results):
 
 
 def test_gb200_tray_with_imex(results):
-    findings, _facts = _findings(results, "gb200_ok")
+    findings, _facts = labkit.findings_of(results, "gb200_ok")
     assert findings["SW-IMEX-001"]["status"] == "pass", findings["SW-IMEX-001"]
     assert findings["SW-IMEX-001"]["observed"]["this_host_listed"] == ["10.114.0.7"]
 
 
 @pytest.mark.parametrize("name", ["h100_pcie", "gh200", "single_l40s"])
 def test_no_fabric_service_asked_of_h100_pcie_gh200_or_a_single_gpu(results, name):
-    findings, facts = _findings(results, name)
+    findings, facts = labkit.findings_of(results, name)
     assert facts["gpu"]["driver"]["fabricmanager_version"] is None
     for rule in ("SW-FM-001", "SW-IMEX-001"):
         assert findings[rule]["status"] == "pass", (rule, findings[rule])
