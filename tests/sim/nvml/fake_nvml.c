@@ -869,6 +869,17 @@ nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int
     return dev_str(__func__, device, "serial", serial, length);
 }
 
+/* *pci zeroed, then its bus id (both forms), domain, bus and device from a parsed bus id. */
+static void pci_bus_fields(nvmlPciInfo_t *pci, unsigned int dom, unsigned int bus, unsigned int dev, unsigned int fn)
+{
+    memset(pci, 0, sizeof(*pci));
+    snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.%X", dom & 0xffff, bus, dev, fn);
+    snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.%X", dom, bus, dev, fn);
+    pci->domain = dom;
+    pci->bus = bus;
+    pci->device = dev;
+}
+
 /* Fills the first `size` bytes of *out: the whole nvmlPciInfo_t for _v3; for _v2 the older, shorter layout
  * (busId[16] = today's busIdLegacy, the five ids, then four reserved words, zero), which old callers allocate. */
 static nvmlReturn_t pci_info(const char *fname, nvmlDevice_t device, void *out, size_t size)
@@ -894,12 +905,7 @@ static nvmlReturn_t pci_info(const char *fname, nvmlDevice_t device, void *out, 
             r = r2;
     }
     if (r == NVML_SUCCESS) {
-        memset(pci, 0, sizeof(*pci));
-        snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.%X", dom & 0xffff, bus, dev, fn);
-        snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.%X", dom, bus, dev, fn);
-        pci->domain = dom;
-        pci->bus = bus;
-        pci->device = dev;
+        pci_bus_fields(pci, dom, bus, dev, fn);
         pci->pciDeviceId = did;
         pci->pciSubSystemId = sid;
         memset(out, 0, size);
@@ -1299,19 +1305,27 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode
     return dev_uint2(__func__, device, "mig_current", currentMode, "mig_pending", pendingMode);
 }
 
-nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *isActive)
+/* Whether `link` is one of the GPU's NVLinks ("nvlink_count"): NotSupported without NVLink, InvalidArgument past the
+ * last link. */
+static nvmlReturn_t nvlink_index(const struct call *c, unsigned int link)
 {
-    struct call c;
     unsigned int n = 0;
-    nvmlReturn_t r = enter_dev(&c, __func__, device, F_NONE);
-    if (r == NVML_SUCCESS && !isActive)
-        r = NVML_ERROR_INVALID_ARGUMENT;
-    if (r == NVML_SUCCESS)
-        r = get_uint(&c, "nvlink_count", &n);
+    nvmlReturn_t r = get_uint(c, "nvlink_count", &n);
     if (r == NVML_SUCCESS && n == 0)
         r = NVML_ERROR_NOT_SUPPORTED;
     if (r == NVML_SUCCESS && link >= n)
         r = NVML_ERROR_INVALID_ARGUMENT;
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *isActive)
+{
+    struct call c;
+    nvmlReturn_t r = enter_dev(&c, __func__, device, F_NONE);
+    if (r == NVML_SUCCESS && !isActive)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        r = nvlink_index(&c, link);
     if (r == NVML_SUCCESS) {
         int down = list_has(&c, "nvlink_down", link);
         if (down == -2)
@@ -1328,18 +1342,14 @@ nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nv
 nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
 {
     struct call c;
-    unsigned int n = 0, i = 0, dom = 0, bus = 0, dev = 0, fn = 0;
+    unsigned int i = 0, dom = 0, bus = 0, dev = 0, fn = 0;
     char item[64];
     const char *v = NULL;
     nvmlReturn_t r = enter_dev(&c, __func__, device, F_NONE);
     if (r == NVML_SUCCESS && !pci)
         r = NVML_ERROR_INVALID_ARGUMENT;
     if (r == NVML_SUCCESS)
-        r = get_uint(&c, "nvlink_count", &n);
-    if (r == NVML_SUCCESS && n == 0)
-        r = NVML_ERROR_NOT_SUPPORTED;
-    if (r == NVML_SUCCESS && link >= n)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+        r = nvlink_index(&c, link);
     if (r == NVML_SUCCESS) {
         v = get(&c, "nvlink_remote");
         if (!v || !*v)
@@ -1367,12 +1377,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned i
         }
     }
     if (r == NVML_SUCCESS) {
-        memset(pci, 0, sizeof(*pci));
-        snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.%X", dom & 0xffff, bus, dev, fn);
-        snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.%X", dom, bus, dev, fn);
-        pci->domain = dom;
-        pci->bus = bus;
-        pci->device = dev;
+        pci_bus_fields(pci, dom, bus, dev, fn);
     }
     return leave(&c, r);
 }
@@ -1417,15 +1422,12 @@ nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int l
     static const char *const keys[] = {"nvlink_replay", "nvlink_recovery", "nvlink_crc_flit", "nvlink_crc_data",
                                        "nvlink_ecc_data"};
     struct call c;
-    unsigned int n = 0;
     nvmlReturn_t r = enter_dev(&c, __func__, device, F_NONE);
     if (r == NVML_SUCCESS && !counterValue)
         r = NVML_ERROR_INVALID_ARGUMENT;
     if (r == NVML_SUCCESS)
-        r = get_uint(&c, "nvlink_count", &n);
-    if (r == NVML_SUCCESS && n == 0)
-        r = NVML_ERROR_NOT_SUPPORTED;
-    if (r == NVML_SUCCESS && (link >= n || (unsigned int)counter_id >= sizeof(keys) / sizeof(keys[0])))
+        r = nvlink_index(&c, link);
+    if (r == NVML_SUCCESS && (unsigned int)counter_id >= sizeof(keys) / sizeof(keys[0]))
         r = NVML_ERROR_INVALID_ARGUMENT;
     if (r == NVML_SUCCESS)
         r = counter(&c, keys[counter_id], link, counterValue);
@@ -1699,18 +1701,26 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned 
 /* ------------------------------------------------------------------------------------------------ */
 /* Setters: enter_dev(F_WRITE) holds the lock and a fresh state; leave() writes c.upd on success.     */
 
-nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t mode)
+/* An enabled/disabled setting (persistence, ECC): NotSupported where the state has no `current` value (Unknown when
+ * it is malformed); else `key` takes `state`, 0 or 1 (anything else is InvalidArgument). */
+static nvmlReturn_t set_enable_state(const char *fname, nvmlDevice_t device, const char *current, const char *key,
+                                     nvmlEnableState_t state)
 {
     struct call c;
     unsigned int cur;
-    nvmlReturn_t r = enter_dev(&c, __func__, device, F_WRITE);
+    nvmlReturn_t r = enter_dev(&c, fname, device, F_WRITE);
     if (r == NVML_SUCCESS)
-        r = get_uint(&c, "persistence_mode", &cur);
-    if (r == NVML_SUCCESS && (unsigned int)mode > 1)
+        r = get_uint(&c, current, &cur);
+    if (r == NVML_SUCCESS && (unsigned int)state > 1)
         r = NVML_ERROR_INVALID_ARGUMENT;
     if (r == NVML_SUCCESS)
-        set_update(&c, "persistence_mode", (unsigned int)mode);
+        set_update(&c, key, (unsigned int)state);
     return leave(&c, r);
+}
+
+nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t mode)
+{
+    return set_enable_state(__func__, device, "persistence_mode", "persistence_mode", mode);
 }
 
 nvmlReturn_t nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device, unsigned int limit)
@@ -1817,16 +1827,7 @@ nvmlReturn_t nvmlDeviceResetGpuLockedClocks(nvmlDevice_t device)
 
 nvmlReturn_t nvmlDeviceSetEccMode(nvmlDevice_t device, nvmlEnableState_t ecc)
 {
-    struct call c;
-    unsigned int cur;
-    nvmlReturn_t r = enter_dev(&c, __func__, device, F_WRITE);
-    if (r == NVML_SUCCESS)
-        r = get_uint(&c, "ecc_current", &cur);
-    if (r == NVML_SUCCESS && (unsigned int)ecc > 1)
-        r = NVML_ERROR_INVALID_ARGUMENT;
-    if (r == NVML_SUCCESS)
-        set_update(&c, "ecc_pending", (unsigned int)ecc);
-    return leave(&c, r);
+    return set_enable_state(__func__, device, "ecc_current", "ecc_pending", ecc); /* pending until a reset */
 }
 
 nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode, nvmlReturn_t *activationStatus)
