@@ -262,3 +262,14 @@ def test_every_problem_of_each_inventory_layer_is_listed(fleet):
     message = str(exc.value)
     assert "fra-01: gpufleet_policy_host: policy: 2 problems:" in message, message
     assert "\n      policy.cpu.governer: unknown key" in message and "\n      policy.min_severity: 'urgent'" in message
+
+
+def test_the_playbooks_policy_file_lists_every_problem(tmp_path):
+    """What a playbook's task fails with for -e gpufleet_policy_file=bad.yml (the action plugins read it)."""
+    bad = tmp_path / "bad.yml"
+    bad.write_text(BAD_POLICY)
+    with pytest.raises(policy_layers.PolicyFileError) as exc:
+        policy_layers.read_policy_file(str(bad))
+    assert str(exc.value).startswith(f"gpufleet_policy_file {bad}: policy: 3 problems:"), exc.value
+    for problem in EVERY_PROBLEM:
+        assert problem in str(exc.value), (problem, exc.value)
