@@ -12,7 +12,8 @@ rule's target and listed in ``overrides``.
 A role sets a rule's values only where the rule needs fixing: the audit's own check, run on the same facts and policy
 (``rules.evaluate``), does not pass (``apply``). A rule that passes is left alone - its values already hold - unless
 the play asks to make them persistent as well (``persist``: ``gpufleet_remediate_persist``) or one of the rule's role
-variables is set (an explicit request to set that value). A rule the check cannot judge here (skip: its facts are not
+variables is set (an explicit request to set that value). Rules that share one fix (GPU-ECC-001 and GPU-ECC-002) are
+applied together. A rule the check cannot judge here (skip: its facts are not
 readable, the policy turns it off, it is below min_severity; or error) keeps being applied, as before: the role's own
 modules change only what differs.
 """
@@ -93,17 +94,21 @@ def compute(facts, policy, role_vars=None, roles=ROLES, catalog=None, persist=Fa
     policy's arithmetic gives).
 
     ``apply``: the rules whose values the roles set, in catalog order - every rule whose check does not pass
-    (``verdicts``), and a passing one only when ``persist`` is true or one of its role variables (not a
-    ``SELECTORS`` one) is set. ``passing``: the rules whose check passes; ``failing``: those that fail or warn.
+    (``verdicts``) or that shares its target function with such a rule, and a passing one only when ``persist`` is
+    true or one of its role variables (not a ``SELECTORS`` one) is set. ``passing``: the rules whose check passes;
+    ``failing``: those that fail or warn.
     """
     role_vars = dict((k, v) for k, v in (role_vars or {}).items() if v is not None)
     out = dict((role, {}) for role in roles)
     overrides, by_rule, apply = [], {}, []
     judged = verdicts(facts, policy, roles, catalog)
+    # Rules that share one fix (one target function: GPU-ECC-001's ECC on and GPU-ECC-002's pending mode) are
+    # applied together: the value the fix sets holds only where every one of them passes.
+    unheld = set(r.target for r in fixable(roles, catalog) if judged[r.id] not in PASSING)
     for rule in fixable(roles, catalog):
         given = dict((rv.key, role_vars[rv.variable]) for rv in rule.role_vars if rv.variable in role_vars)
         asked = any(rv.variable in role_vars and rv.variable not in SELECTORS for rv in rule.role_vars)
-        if judged[rule.id] not in PASSING or persist or asked:
+        if rule.target in unheld or persist or asked:
             apply.append(rule.id)
         values = rule.target(facts, policy, given)
         by_rule[rule.id] = sorted(values)

@@ -71,3 +71,16 @@ def test_a_rule_the_check_cannot_judge_is_applied_as_before():
     out = targets.compute({}, _policy(), roles=("host_tuning",))
     assert set(out["verdicts"].values()) == {"skip"}
     assert out["apply"] == [r.id for r in targets.fixable(("host_tuning",))]
+
+
+def test_rules_that_share_one_fix_are_applied_together():
+    # ECC on now, off pending (someone asked for it to go at the next reboot): GPU-ECC-001 passes on the current mode,
+    # GPU-ECC-002 fails. Their one fix sets the pending mode, which does not hold: both are applied (gpu_runtime's ECC
+    # task runs under GPU-ECC-001's toggle, on by default), as before issue 29.
+    facts = healthy()
+    for g in facts["gpu"]["gpus"]:
+        g["ecc"].update(current=True, pending=False)
+    out = targets.compute(facts, _policy(), roles=("gpu_runtime",))
+    assert out["verdicts"]["GPU-ECC-001"] == "pass" and out["verdicts"]["GPU-ECC-002"] == "fail"
+    assert out["apply"] == ["GPU-ECC-001", "GPU-ECC-002"]
+    assert out["roles"]["gpu_runtime"]["ecc_mode"] is True
