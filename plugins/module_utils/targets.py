@@ -13,9 +13,10 @@ A role sets a rule's values only where the rule needs fixing: the audit's own ch
 (``rules.evaluate``), does not pass (``apply``). A rule that passes is left alone - its values already hold - unless
 the play asks to make them persistent as well (``persist``: ``gpufleet_remediate_persist``) or one of the rule's role
 variables is set (an explicit request to set that value). Rules that share one fix (GPU-ECC-001 and GPU-ECC-002) are
-applied together. A rule the check cannot judge here (skip: its facts are not
-readable, the policy turns it off, it is below min_severity; or error) keeps being applied, as before: the role's own
-modules change only what differs.
+applied together. A rule the policy turned off (``rules.<id>.enabled: false``, or below ``min_severity``) is not
+applied either: the owner chose not to judge it, and the fix reads the policy the audit judged. A rule the check
+cannot judge here (skip: its facts are not readable; or error) keeps being applied, as before: the role's own modules
+change only what differs.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -78,6 +79,17 @@ SELECTORS = ("network_tuning_interfaces",)
 PASSING = ("pass",)
 
 
+def turned_off(rule, policy):
+    """Whether the policy turned ``rule`` off for this host: ``rules.<id>.enabled: false``, or a severity below
+    ``min_severity`` (the audit skips both, ``rules.evaluate``). The fix then leaves the rule alone too - the owner
+    chose not to judge it - unless one of its role variables asks for a value."""
+    conf = (policy.get("rules") or {}).get(rule.id) or {}
+    if conf.get("enabled") is False:
+        return True
+    floor = rules.severity_rank(policy.get("min_severity") or "info")
+    return rules.severity_rank(conf.get("severity") or rule.severity) > floor
+
+
 def verdicts(facts, policy, roles=ROLES, catalog=None):
     """``{rule id: status}`` of every fixable rule of ``roles``: the audit's own judgement (``rules.evaluate``: the
     policy's ``rules.<id>.enabled``, severities and min_severity included) on ``facts`` and ``policy``."""
@@ -95,7 +107,8 @@ def compute(facts, policy, role_vars=None, roles=ROLES, catalog=None, persist=Fa
 
     ``apply``: the rules whose values the roles set, in catalog order - every rule whose check does not pass
     (``verdicts``) or that shares its target function with such a rule, and a passing one only when ``persist`` is
-    true or one of its role variables (not a ``SELECTORS`` one) is set. ``passing``: the rules whose check passes;
+    true; never a rule the policy turned off (``turned_off``: disabled, or below min_severity); and any rule one of
+    whose role variables (not a ``SELECTORS`` one) is set. ``passing``: the rules whose check passes;
     ``failing``: those that fail or warn.
     """
     role_vars = dict((k, v) for k, v in (role_vars or {}).items() if v is not None)
@@ -104,11 +117,11 @@ def compute(facts, policy, role_vars=None, roles=ROLES, catalog=None, persist=Fa
     judged = verdicts(facts, policy, roles, catalog)
     # Rules that share one fix (one target function: GPU-ECC-001's ECC on and GPU-ECC-002's pending mode) are
     # applied together: the value the fix sets holds only where every one of them passes.
-    unheld = set(r.target for r in fixable(roles, catalog) if judged[r.id] not in PASSING)
+    unheld = set(r.target for r in fixable(roles, catalog) if judged[r.id] not in PASSING and not turned_off(r, policy))
     for rule in fixable(roles, catalog):
         given = dict((rv.key, role_vars[rv.variable]) for rv in rule.role_vars if rv.variable in role_vars)
         asked = any(rv.variable in role_vars and rv.variable not in SELECTORS for rv in rule.role_vars)
-        if rule.target in unheld or persist or asked:
+        if asked or not turned_off(rule, policy) and (rule.target in unheld or persist):
             apply.append(rule.id)
         values = rule.target(facts, policy, given)
         by_rule[rule.id] = sorted(values)

@@ -62,11 +62,11 @@ def test_a_role_variable_set_is_a_request_to_apply_its_rule_where_it_passes():
 
 
 def test_a_rule_the_check_cannot_judge_is_applied_as_before():
-    # Disabled by the policy: the audit reports skip, not pass; the role's own toggle is how a fix is turned off.
+    # Disabled by the policy: the audit reports skip, not pass, and the fix leaves it alone (turned_off).
     facts = healthy()
     out = targets.compute(facts, _policy({"rules": {"HOST-MEM-005": {"enabled": False}}}))
     assert out["verdicts"]["HOST-MEM-005"] == "skip"
-    assert out["apply"] == ["HOST-MEM-005"]
+    assert out["apply"] == []
     # No facts at all (a role whose facts are not gathered): nothing is judged, everything is applied.
     out = targets.compute({}, _policy(), roles=("host_tuning",))
     assert set(out["verdicts"].values()) == {"skip"}
@@ -84,3 +84,15 @@ def test_rules_that_share_one_fix_are_applied_together():
     assert out["verdicts"]["GPU-ECC-001"] == "pass" and out["verdicts"]["GPU-ECC-002"] == "fail"
     assert out["apply"] == ["GPU-ECC-001", "GPU-ECC-002"]
     assert out["roles"]["gpu_runtime"]["ecc_mode"] is True
+
+
+def test_a_rule_the_policy_turned_off_is_not_applied_even_where_it_fails():
+    """The owner turned HOST-MEM-002 off (or set min_severity above it): the audit skips it, and the fix leaves
+    vm.swappiness alone too, with persist as well; a role variable set for it is still a request to set it."""
+    facts = _failing_swappiness()
+    off = _policy({"rules": {"HOST-MEM-002": {"enabled": False}}})
+    assert targets.compute(facts, off)["apply"] == []
+    assert "HOST-MEM-002" not in targets.compute(facts, off, persist=True)["apply"]
+    assert targets.compute(facts, off, role_vars={"host_tuning_swappiness": 5})["apply"] == ["HOST-MEM-002"]
+    above = _policy({"min_severity": "critical"})
+    assert "HOST-MEM-002" not in targets.compute(facts, above)["apply"]
