@@ -74,6 +74,7 @@ class SysfsSettings:
         self.fs = HostFS(module.params["root"])
         self.config_file = module.params["config_file"]
         self.targets = []  # (path, value) in the order they are set
+        self.pattern_of = {}  # path -> the first pattern that matched it (the diff groups a glob's files)
         self.files, self.not_settable, self.unmatched = {}, {}, []
         self.config_text = None
         self.config_before = None  # config_file's text before this run (None: no file)
@@ -90,6 +91,7 @@ class SysfsSettings:
                 self.unmatched.append(pattern)
             for path in paths:
                 self.targets.append((path, value))
+                self.pattern_of.setdefault(path, pattern)
                 self.files[path] = self._entry(path, value)
         if self.config_file:
             self.config_text = json.dumps({"settings": self.settings}, indent=2, sort_keys=True) + "\n"
@@ -118,14 +120,27 @@ class SysfsSettings:
             except (IOError, OSError) as exc:
                 self.module.fail_json(msg="config_file: cannot write %s: %s" % (self.config_file, exc))
 
+    def _changed_lines(self, side):
+        """One 'path: value' line per changed file; where a glob matched several files, one 'pattern: value (N
+        files)' line per value instead (224 CPUs' governors are one line, not 224)."""
+        groups = {}
+        for path, entry in sorted(self.files.items()):
+            if entry["changed"]:
+                key = (self.pattern_of.get(path, path), entry[side])
+                groups.setdefault(key, []).append(path)
+        lines = []
+        for (pattern, value), paths in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+            if len(paths) == 1:
+                lines.append("%s: %s\n" % (paths[0], value))
+            else:
+                lines.append("%s: %s (%d files)\n" % (pattern, value, len(paths)))
+        return "".join(lines)
+
     def diff(self):
-        """The sysfs values that change, one 'path: value' line each; with a config_file, the file's own diff too
-        (its header the path on the host), so that a run that only records values already in effect has one."""
-        changed = [(path, entry) for path, entry in sorted(self.files.items()) if entry["changed"]]
-        values = {
-            "before": "".join("%s: %s\n" % (path, entry["before"]) for path, entry in changed),
-            "after": "".join("%s: %s\n" % (path, entry["after"]) for path, entry in changed),
-        }
+        """The sysfs values that change ('path: value', or 'pattern: value (N files)' for a glob's files); with a
+        config_file, the file's own diff too (its header the path on the host), so that a run that only records values
+        already in effect has one."""
+        values = {"before": self._changed_lines("before"), "after": self._changed_lines("after")}
         if not self.config_file:
             return values
         config = {
