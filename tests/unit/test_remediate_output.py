@@ -249,3 +249,34 @@ def test_sysfs_settings_that_only_record_values_in_effect_return_the_config_file
     assert text.splitlines()[:2] == ["--- /etc/gpufleet/sysfs.json", "+++ /etc/gpufleet/sysfs.json"]
     assert '+    "/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor": "performance"' in text
     assert not (tmp_path / "etc").exists()  # check mode
+
+
+def test_a_new_file_longer_than_a_screenful_shows_its_path_and_size_not_its_text():
+    script = "".join(f"line {i}\n" for i in range(80))
+    summary = {
+        "check": True,
+        "hosts": {
+            "h1": {
+                "changes": [
+                    {
+                        "task": "Install the boot-time apply script",
+                        "role": "gpu_runtime",
+                        "diff": remediate.unified_diffs(
+                            {"diff": {"before": "", "after": script}, "dest": "/usr/local/sbin/gpufleet-gpu-apply"}
+                        ),
+                    },
+                    {
+                        "task": "Small file",
+                        "role": "gpu_runtime",
+                        "diff": remediate.unified_diffs({"diff": {"before": "", "after": "a\nb\n"}, "dest": "/etc/x"}),
+                    },
+                ]
+            }
+        },
+    }
+    text = remediate.render_changes(summary)
+    assert "    --- /usr/local/sbin/gpufleet-gpu-apply\n    +++ /usr/local/sbin/gpufleet-gpu-apply\n" in text
+    assert "    (new file, 80 lines: remediation.json has its text)" in text
+    assert "+line 3" not in text
+    # a short new file and every other diff keep their text
+    assert "    +a\n    +b" in text

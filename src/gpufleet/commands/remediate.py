@@ -444,6 +444,18 @@ def render_remediation(summary: dict[str, Any]) -> str:
 DIFF_LINES = 40  # a diff longer than this shows its first lines in the terminal; remediation.json has it whole
 
 
+NEW_FILE_LINES = 12  # a new file longer than this shows as its path and size in the terminal
+
+
+def _new_file_lines(lines: list[str]) -> int:
+    """How many lines a unified diff that creates a file adds (0 for any other diff): headers, one ``@@ -0,0``
+    hunk, then only added lines."""
+    if len(lines) < 3 or not lines[2].startswith("@@ -0,0 "):
+        return 0
+    body = lines[3:]
+    return len(body) if all(line.startswith("+") for line in body) else 0
+
+
 def _task_label(task: dict[str, Any], check: bool) -> str | None:
     """What a changed task did for its rules: made persistent what already held, or worked on the others."""
     rules = task.get("rules") or []
@@ -488,6 +500,10 @@ def render_changes(summary: dict[str, Any], color: bool = False, max_lines: int 
                 out.append("    (no diff returned)")
             for text in diffs:
                 lines = str(text).split("\n")
+                if _new_file_lines(lines) > NEW_FILE_LINES:  # a script or unit installed whole: its size, not its text
+                    out.extend(f"    {_diff_line(line, color)}" for line in lines[:2])
+                    out.append(f"    (new file, {_new_file_lines(lines)} lines: remediation.json has its text)")
+                    continue
                 out.extend(f"    {_diff_line(line, color)}" for line in lines[:max_lines])
                 if len(lines) > max_lines:
                     out.append(f"    ... {len(lines) - max_lines} more line(s) (remediation.json has the whole diff)")
