@@ -22,8 +22,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import fleetview, schema
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import html as report_html
-from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import schema
 
 REPO = Path(__file__).resolve().parents[2]
 REPORTS = REPO / "tests" / "fixtures" / "reports"
@@ -555,16 +555,21 @@ def test_1000_hosts_first_render_and_hosts_on_demand(tmp_path):
         findings = sorted(schema.host_findings(host), key=schema.finding_sort_key)
         failing = [f for f in findings if f["status"] in ("fail", "warn", "error")]
         others = [f for f in findings if f["status"] not in ("fail", "warn", "error")]
-        assert rows == [[f["status"], False, f["message"] or None] for f in failing] + [
-            [f["status"], True, f["message"] or None] for f in others
+        said = fleetview.message_text  # the page's messages: Python lists as words
+        assert rows == [[f["status"], False, said(f["message"]) or None] for f in failing] + [
+            [f["status"], True, said(f["message"]) or None] for f in others
         ]
         assert devtools.evaluate(f"document.querySelector('#host-{index} details.host-details').open") is True
         assert devtools.evaluate("document.querySelectorAll('tr.finding').length") == len(findings)  # that host only
-        why = devtools.evaluate(f"document.querySelector('#host-{index} p.why').textContent")
+        # A rule's text and sources are said once, in the Rules section; the host's row links there.
+        link = devtools.evaluate(f"document.querySelector('#host-{index} tr.finding td.rule a').getAttribute('href')")
+        assert re.fullmatch(r"#rule-\d+", link), link
+        assert devtools.evaluate(f"document.querySelectorAll('#host-{index} p.why, #host-{index} p.refs').length") == 0
+        why = devtools.evaluate(f"document.querySelector('{link} p.why').textContent")
         assert why.startswith("Why: ") and len(why) > 40
         refs = devtools.evaluate(
-            f"""JSON.stringify(Array.from(document.querySelectorAll('#host-{index} tr.finding'))
-            .filter((r) => r.querySelector('.rule .mono').textContent === {json.dumps(first["id"])})
+            f"""JSON.stringify(Array.from(document.querySelectorAll('div.rule-entry'))
+            .filter((r) => r.getAttribute('data-rule') === {json.dumps(first["id"])})
             .map((r) => [r.querySelector('p.refs').textContent,
                          Array.from(r.querySelectorAll('p.refs a'), (a) => a.getAttribute('href'))]))"""
         )

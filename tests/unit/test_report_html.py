@@ -161,15 +161,18 @@ def test_warn_skip_error_and_empty_cells():
     assert ".cell-warn {" in report_html.render_html(report)
 
 
-def test_host_details_show_rationale_values_and_fix(sample_html):
+def test_host_details_show_values_and_fix_and_link_to_the_rule(sample_html):
     page = parse(sample_html)
     a100 = page.find("section", data_host="sg-a100-01")
     rows = [tr for tr in a100.iter("tr") if "finding" in tr.classes()]
     row = next(tr for tr in rows if "SW-FM-001" in tr.all_text())
     text = row.all_text()
     assert "Fabric manager version differs from the driver" in text  # title
-    assert "NVSwitch-based systems (HGX) cannot run multi-GPU jobs" in text  # rationale, from the catalog
-    assert '"fabricmanager": "535.86.10"' in text and "equal" in text  # observed, expected
+    assert "NVSwitch-based systems (HGX) cannot run multi-GPU jobs" not in text  # rationale: once, in Rules
+    rule = page.find("div", data_rule="SW-FM-001")
+    assert row.find("a").attrs["href"] == "#" + rule.attrs["id"]
+    assert "NVSwitch-based systems (HGX) cannot run multi-GPU jobs" in rule.all_text()  # from the catalog
+    assert "fabricmanager: 535.86.10" in text and "equal" in text  # observed (in words), expected
     assert "nvidia_driver" in text and "SW-FM-001" in text  # fix: role and tag
     assert "8 \u00d7 NVIDIA A100-SXM4-80GB" in a100.all_text()
     assert "driver 535.104.05" in a100.all_text()
@@ -181,7 +184,7 @@ def test_host_details_show_rationale_values_and_fix(sample_html):
     # per-GPU items of GPU-PWR-002 are listed
     pwr = next(tr for tr in rows if "GPU-PWR-002" in tr.all_text())
     assert pwr.find("details").find("summary").all_text() == "8 details"
-    assert [td.all_text() for td in pwr.find("details").find("tbody").iter("td")][:3] == ["400.0", "0", "250.0"]
+    assert [td.all_text() for td in pwr.find("details").find("tbody").iter("td")][:3] == ["400", "0", "250"]
 
 
 def test_down_hosts_show_their_message(sample_html):
@@ -421,10 +424,10 @@ def test_the_failing_gpu_of_eight_is_shown_first_and_marked(statuses_html):
     items = list(first.iter("li"))
     assert len(items) == 1
     assert items[0].find("mark").all_text() == "GPU 3" and "bad" in items[0].find("mark").classes()
-    assert items[0].find("code").all_text() == '{"default_limit_w": 700.0, "limit_w": 450.0}'
+    assert items[0].find("code").all_text() == "default_limit_w 700, limit_w 450"  # in words, not JSON
     folded = vals.find("details")
     assert folded.find("summary").all_text() == "7 other GPUs not flagged: 0\u20132, 4\u20137"
-    assert '"3": {"default_limit_w": 700.0, "limit_w": 450.0}' in folded.all_text()  # the whole value, folded
+    assert "3: default_limit_w 700, limit_w 450" in folded.all_text()  # the whole value, folded, a line per GPU
 
 
 def test_the_failing_nic_is_shown_first_in_observed_and_expected(statuses_html):
@@ -439,7 +442,7 @@ def test_the_failing_nic_is_shown_first_in_observed_and_expected(statuses_html):
 def test_every_gpu_failing_with_the_same_value_is_one_line(sample_html):
     vals = _vals(sample_html, "sg-a100-01", "GPU-PWR-002")
     assert [_entry(li) for li in vals.find("ul").iter("li")] == [
-        'GPUs 0\u20137 {"default_limit_w": 400.0, "limit_w": 250.0}'
+        "GPUs 0\u20137 default_limit_w 400, limit_w 250"
     ]
     assert vals.find("details") is None  # no other GPU to fold
 

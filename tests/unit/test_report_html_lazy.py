@@ -8,9 +8,10 @@ import json
 import re
 
 import pytest
+from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import fleetview, schema
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import html as report_html
-from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import schema
 from fleetreport import scaled_report
+from markupsafe import escape
 from report_fixtures import load
 
 MAX_BYTES = 10_000_000  # issue 18: the HTML report stays under 10 MB at 1,000 hosts
@@ -63,19 +64,22 @@ def test_matrix_and_host_heads_are_html_checks_are_data(fleet, fleet_html):
         assert [(f["rule"], f["status"], f["severity"], f["area"]) for f in got["f"]] == [
             (f["rule"], f["status"], f["severity"], f["area"]) for f in failing
         ], name
-        assert [f["message"] for f in got["f"]] == [f["message"] for f in failing]
-        assert got["o"] == [[f["rule"], f["status"], f["severity"], f["area"], f["message"]] for f in others], name
+        assert [f["message"] for f in got["f"]] == [fleetview.message_text(f["message"]) for f in failing]
+        said = fleetview.message_text  # the page's messages: Python lists as words
+        assert got["o"] == [[f["rule"], f["status"], f["severity"], f["area"], said(f["message"])] for f in others]
 
 
-def test_rationale_and_sources_travel_once_per_rule(fleet, fleet_html):
+def test_rationale_and_sources_are_in_the_page_once_per_rule_not_in_the_data(fleet, fleet_html):
     data = _data(fleet_html)
     rules = {f["rule"] for h in data["hosts"].values() for f in h["f"]}
     assert rules and rules <= set(data["rules"])
+    catalog = schema.catalog_index(fleet)
     for rule in rules:
-        rationale = data["rules"][rule]["rationale"]
-        assert rationale
-        # once in the rules catalog at the foot of the page, once in the data block; never per host
-        assert fleet_html.count(json.dumps(rationale)[1:-1].replace("<", "\\u003c").replace(">", "\\u003e")) <= 2
+        anchor = data["rules"][rule]  # the failing check links to its rule's entry in the Rules section
+        assert re.fullmatch(r"rule-\d+", anchor) and f'id="{anchor}" data-rule="{rule}"' in fleet_html
+        rationale = catalog[rule]["rationale"]
+        assert rationale and fleet_html.count(str(escape(rationale))) == 1  # in the Rules section, not per host
+    assert '"rationale"' not in DATA.findall(fleet_html)[0]
 
 
 def test_small_reports_are_rendered_in_full():

@@ -147,6 +147,12 @@ def test_value_text():
     assert fleetview.value_text({"a": [1, 2], "b": {"c": None}, "d": 2.0}) == "a (1, 2), b (c none), d 2"
     assert fleetview.value_text([{"a": 1}, {"a": 2}]) == "(a 1); (a 2)"
     assert fleetview.value_text([]) == "none" and fleetview.value_text(True) == "true"
+    runs = fleetview.value_text({"gpus_full": [0, 1, 2, 3, 5], "n": [2, 1, 0]})
+    assert runs == "gpus_full (0\u20133, 5), n (2, 1, 0)"
+    assert fleetview.value_text([0, 1, 2, 3]) == "0, 1, 2, 3"  # alone: a list, not a range (0 to 3)
+    assert fleetview.value_text({"gpus": [1, 2]}) == "gpus (1, 2)"
+    lines = fleetview.value_lines({"gpus_full": [0, 1, 2, 3], "pct": 98.0, "x": {"a": [1]}})
+    assert lines == ["gpus_full: 0\u20133", "pct: 98", "x: a 1"] and fleetview.value_lines([1]) == ["1"]
     assert fleetview.message_text("GPU(s) [0, 1, 2, 5] and ['x', \"y\"]") == "GPU(s) 0\u20132, 5 and x, y"
 
 

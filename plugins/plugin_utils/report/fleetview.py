@@ -57,12 +57,12 @@ def host_order(hosts: Any) -> list[str]:
 
 
 def rule_rollup(report: dict) -> list[dict[str, Any]]:
-    """Each rule that fails, warns or errors on a host: ``{"rule", "severity", "area", "title", "fix",
+    """Each rule that fails, warns or errors on a host: ``{"rule", "severity", "area", "title", "rationale", "fix",
     "references", "checked", "fail": [hosts], "warn": [hosts], "error": [hosts]}``; ``checked`` counts the hosts
-    with a result for the rule (any status), the host lists follow ``host_order``. Title, area, fix and references
-    come from the report's catalog where it has the rule (else from the first finding); ``severity`` is the worst
-    among the failing (else warning) results. Worst first: rules that fail, then warn, then error; by severity;
-    by how many hosts; by id."""
+    with a result for the rule (any status), the host lists follow ``host_order``. Title, area, rationale, fix and
+    references come from the report's catalog where it has the rule (else from the first finding); ``severity`` is
+    the worst among the failing (else warning) results. Worst first: rules that fail, then warn, then error; by
+    severity; by how many hosts; by id."""
     hosts = report.get("hosts") if isinstance(report.get("hosts"), dict) else {}
     catalog = schema.catalog_index(report)
     rules: dict[str, dict[str, Any]] = {}
@@ -89,6 +89,7 @@ def rule_rollup(report: dict) -> list[dict[str, Any]]:
             severity=severity or first.get("severity"),
             area=known.get("area") or first.get("area"),
             title=known.get("title") or first.get("title"),
+            rationale=known.get("rationale") or "",
             fix=known.get("fix") if "fix" in known else first.get("fix"),
             references=known.get("references") if isinstance(known.get("references"), list) else [],
         )
@@ -108,7 +109,9 @@ def rule_rollup(report: dict) -> list[dict[str, Any]]:
 
 def value_text(value: Any, nested: bool = False) -> str:
     """An observed or expected value in words: a string as it is, a number without a needless ``.0``, a mapping
-    as ``key value, key value``, a list as ``a, b`` (in parentheses inside another value), nothing as ``none``."""
+    as ``key value, key value``, a list as ``a, b`` (in parentheses inside another value, where ascending integers
+    are runs: ``gpus_full 0\u20137``; alone they stay a list, which a run would read as a range), nothing as
+    ``none``."""
     if isinstance(value, str):
         return value
     if value is None:
@@ -127,10 +130,33 @@ def value_text(value: Any, nested: bool = False) -> str:
     if isinstance(value, (list, tuple)):
         if not value:
             return "none"
+        if nested and _ascending_ints(value):
+            runs = key_ranges([str(item) for item in value])
+            return f"({runs})" if "," in runs else runs
         items = [value_text(item, nested=True) for item in value]
         text = ", ".join(items) if not any(isinstance(i, dict) for i in value) else "; ".join(items)
         return f"({text})" if nested and len(items) > 1 else text
     return str(value)
+
+
+def _ascending_ints(value: list | tuple) -> bool:
+    """Integers (not bools, not negative) in ascending order, at least three: written as runs (``0\u20137``)."""
+    ints = [v for v in value if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+    return len(value) >= 3 and len(ints) == len(value) and all(a < b for a, b in zip(ints, ints[1:]))
+
+
+def value_lines(value: Any) -> list[str]:
+    """A mapping as one line per key (``gpus_full: 0\u20137``, ``max_gpu_memory_pct: 98``: its values as
+    ``value_text`` says them inside a value, without the parentheses); anything else as one line."""
+    if not isinstance(value, dict) or not value:
+        return [value_text(value)]
+    lines = []
+    for key, item in value.items():
+        text = value_text(item)
+        if isinstance(item, (list, tuple)) and _ascending_ints(item):
+            text = key_ranges([str(i) for i in item])
+        lines.append(f"{key}: {text}")
+    return lines
 
 
 _ATOM = r"(?:'[^'\[\]\n]*'|\"[^\"\[\]\n]*\"|-?\d+(?:\.\d+)?)"

@@ -11,8 +11,14 @@ Large fleets (more than LAZY_FROM_HOSTS hosts, issue 18): the summary, the fleet
 are HTML as always, but each host's checks travel as JSON in one ``<script type="application/json">`` data block
 (never run; ``<``, ``>`` and ``&`` written as JSON escapes so the data cannot close it) and the page's own script
 builds a host's table with DOM calls (text nodes, no markup from the data) when the host is opened. Rationale and
-sources are sent once per rule; passing checks carry their message, not their values (report.json has those).
+sources are in the page once per rule (the Rules section), never per host; passing checks carry their message, not
+their values (report.json has those).
 A 1,000-host report is ~6 MB instead of ~60 MB, and the browser lays out the matrix without the hosts' tables.
+
+A fleet read at 60 hosts (issue 29): the matrix and the host cards in one order (site by site, worst first within a
+site: fleetview.host_rank); the Rules section rolls up each rule that fails, warns or errors (fleetview.rule_rollup:
+"fails on 8 of 60 hosts", the hosts linked), with its rationale and sources once; a host card's finding says its own
+message, values and fix and links to its rule there. Values are words (fleetview.value_text), not JSON.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from markupsafe import Markup
 from ...module_utils.text import BIDI
 from . import schema
 from .devices import failing_devices, focus, others_text
+from .fleetview import host_rank, message_text, rule_rollup, value_lines, value_text
 from .rdma import html_view as rdma_view
 from .topology import html_view as topology_view
 
@@ -42,7 +49,8 @@ AREA_LABELS = {"cpu": "CPU"}
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f" + BIDI + "\ud800-\udfff]")
 MAX_ITEM_ROWS = 256  # per finding; the rest is counted, the JSON report has them all
 INLINE_WIDTH = 40  # observed/expected up to this many characters are shown inline
-ONE_LINE_WIDTH = 100  # longer ones in a block, on one (wrapped) line up to this, else a line per key or item
+ONE_LINE_WIDTH = 100  # longer ones in a block, on one (wrapped) line up to this, else a line per key
+ROLLUP_HOSTS = 12  # a rule's hosts named in the Rules section; the rest folded ("+K more")
 # Above this many hosts the hosts' checks are rendered on demand from a JSON data block (see the module docstring):
 # at 200 hosts a fully rendered page is ~12 MB, past the 10 MB issue 18 allows at 1,000.
 LAZY_FROM_HOSTS = 150
@@ -121,17 +129,24 @@ def build_view(report: dict, lazy: bool | None = None) -> dict[str, Any]:
     summary = schema.summarize(hosts)
 
     lazy = len(hosts) > LAZY_FROM_HOSTS if lazy is None else bool(lazy)
+    anchors = _host_anchors(hosts)
+    rollup = _rollup_view(report, anchors)
+    rule_anchors = {r["rule"]: r["anchor"] for r in rollup}
+    # anchors by name (host-1 is the first by name), the order worst first within a site (_sites_view)
     host_views = [
-        _host_view(i, str(name), host, catalog, lazy) for i, (name, host) in enumerate(sorted(hosts.items()), 1)
+        _host_view(anchors[name], str(name), host, catalog, lazy, rule_anchors) for name, host in sorted(hosts.items())
     ]
     sites = _sites_view(host_views)
+    host_views = [h for site in sites for h in site["hosts"]]  # the host cards in the matrix's order
     inventory = run.get("inventory") or ""
     title = "gpufleet audit"
     if inventory:
         title += f" \u2013 {inventory}"
     if run.get("finished_at"):
         title += f" \u2013 {run['finished_at']}"
-    catalog_views = [_catalog_view(e) for e in sorted(catalog.values(), key=lambda e: e["id"])]
+    catalog_views = [
+        _catalog_view(e) for e in sorted(catalog.values(), key=lambda e: e["id"]) if e["id"] not in rule_anchors
+    ]
     return {
         "title": title,
         "tool": f"{tool.get('name') or 'gpufleet'} {tool.get('version') or ''}".strip(),
@@ -158,10 +173,53 @@ def build_view(report: dict, lazy: bool | None = None) -> dict[str, Any]:
         "grouped": any(h["site"] for h in host_views),
         "host_status_labels": HOST_STATUS_LABELS,
         "legend_cells": _LEGEND_CELLS,
+        "rollup": rollup,
         "catalog": catalog_views,
+        "catalog_total": len(catalog),
         "lazy": lazy,
-        "host_data": _host_data(host_views, catalog_views) if lazy else Markup(""),
+        "host_data": _host_data(host_views, rule_anchors) if lazy else Markup(""),
     }
+
+
+def _host_anchors(hosts: dict) -> dict[str, str]:
+    """Each host's card anchor, ``host-N`` by name (host-1 the first by name): the same whatever the order."""
+    return {name: f"host-{index}" for index, name in enumerate(sorted(hosts), 1)}
+
+
+_ROLLUP_VERBS = (("fail", "fails on"), ("warn", "warns on"), ("error", "could not be checked on"))
+
+
+def _rollup_view(report: dict, anchors: dict[str, str]) -> list[dict[str, Any]]:
+    """The Rules section: each rule that fails, warns or errors somewhere (fleetview.rule_rollup, worst first),
+    once, with its text and sources, and per result the hosts (linked to their cards; past ROLLUP_HOSTS folded)."""
+    out = []
+    for index, r in enumerate(rule_rollup(report), 1):
+        results = []
+        for key, verb in _ROLLUP_VERBS:
+            if r[key]:
+                links = [{"name": str(n), "anchor": anchors.get(n, "")} for n in r[key]]
+                results.append(
+                    {
+                        "status": key,
+                        "text": f"{verb} {len(r[key])} of {r['checked']} host" + ("" if r["checked"] == 1 else "s"),
+                        "hosts": links[:ROLLUP_HOSTS],
+                        "more": links[ROLLUP_HOSTS:],
+                    }
+                )
+        out.append(
+            {
+                "anchor": f"rule-{index}",
+                "rule": _text(r["rule"]),
+                "severity": _text(r["severity"]),
+                "area": _text(r["area"]),
+                "title": _text(r["title"]),
+                "rationale": _text(r["rationale"]),
+                "references": _references_view(r["references"]),
+                "fix": schema.format_fix(r["fix"]),
+                "results": results,
+            }
+        )
+    return out
 
 
 # ------------------------------------------------------------------------------------------ the lazy host data
@@ -186,7 +244,8 @@ def _lean_value(view: dict[str, Any]) -> dict[str, Any]:
 
 
 def _lean_finding(f: dict[str, Any]) -> dict[str, Any]:
-    """A failing check as the page's script needs it: rationale and sources come from the catalog block."""
+    """A failing check as the page's script needs it: its rule's anchor is in ``rules``, its rationale and sources
+    are in the Rules section."""
     out = {k: f[k] for k in ("rule", "status", "severity", "area", "title", "message") if f[k]}
     out["observed"] = _lean_value(f["observed"])
     out["expected"] = _lean_value(f["expected"])
@@ -208,9 +267,10 @@ def script_json(data: Any) -> Markup:
     return Markup(text)  # nosec B704  # JSON with &, <, > escaped as above: it cannot close or change the element
 
 
-def _host_data(hosts: list[dict[str, Any]], catalog: list[dict[str, Any]]) -> Markup:
-    """The data block of a lazy page: per host anchor its failing checks (``f``) and the others (``o``), and per
-    rule its title, rationale and sources (``rules``)."""
+def _host_data(hosts: list[dict[str, Any]], rule_anchors: dict[str, str]) -> Markup:
+    """The data block of a lazy page: per host anchor its failing checks (``f``) and the others (``o``); per rule
+    the anchor of its entry in the Rules section (``rules``). A rule's text and sources are not in it: the page
+    has them once, in the Rules section."""
     data = {
         "hosts": {
             h["anchor"]: {
@@ -220,9 +280,7 @@ def _host_data(hosts: list[dict[str, Any]], catalog: list[dict[str, Any]]) -> Ma
             for h in hosts
             if h["findings"] or h["others"]
         },
-        "rules": {
-            e["id"]: {"title": e["title"], "rationale": e["rationale"], "references": e["references"]} for e in catalog
-        },
+        "rules": rule_anchors,
     }
     return script_json(data)
 
@@ -258,13 +316,14 @@ def _severity_text(by_sev: dict[str, int], audited: int) -> str:
 
 
 def _sites_view(hosts: list[dict]) -> list[dict[str, Any]]:
-    """The hosts grouped by site (sites by name, hosts without a site last), each with its counts."""
+    """The hosts grouped by site (sites by name, hosts without a site last; in a site worst first, as
+    fleetview.host_rank ranks them), each with its counts. The matrix and the host cards follow this order."""
     groups: dict[str, list[dict]] = {}
     for h in hosts:
         groups.setdefault(_site_key(h), []).append(h)
     out = []
     for index, key in enumerate(sorted(groups, key=lambda k: (k == "", k)), 1):
-        members = sorted(groups[key], key=lambda h: h["name"])
+        members = sorted(groups[key], key=lambda h: h["rank"])  # worst first (fleetview.host_rank)
         statuses = Counter(h["status"] for h in members)
         by_sev = {sev: sum(h["by_severity"][sev] for h in members) for sev in schema.SEVERITIES}
         audited = statuses.get("ok", 0)
@@ -293,11 +352,16 @@ def _sites_view(hosts: list[dict]) -> list[dict[str, Any]]:
     return out
 
 
-def _host_view(index: int, name: str, host: Any, catalog: dict[str, dict], lazy: bool = False) -> dict[str, Any]:
+def _host_view(
+    anchor: str, name: str, host: Any, catalog: dict[str, dict], lazy: bool = False, rule_anchors: Any = None
+) -> dict[str, Any]:
+    rank = host_rank(name, host)
     host = host if isinstance(host, dict) else {}
     status = host.get("status") if host.get("status") in schema.HOST_STATUSES else "failed"
     findings = sorted(schema.host_findings(host), key=schema.finding_sort_key)
     shown = [_finding_view(f, catalog) for f in findings if f.get("status") in ("fail", "warn", "error")]
+    for f in shown:
+        f["rule_anchor"] = (rule_anchors or {}).get(f["rule"], "")
     # A lazy page carries of a passing or skipped check only _OTHER_KEYS: no need to lay out its values.
     other_view = _other_view if lazy else _finding_view
     others = [other_view(f, catalog) for f in findings if f.get("status") not in ("fail", "warn", "error")]
@@ -314,7 +378,8 @@ def _host_view(index: int, name: str, host: Any, catalog: dict[str, dict], lazy:
     site = host.get("site")
     return {
         "name": name,
-        "anchor": f"host-{index}",
+        "anchor": anchor,
+        "rank": rank,
         "status": status,
         "message": _text(host.get("message")),
         "down_label": _DOWN_LABELS.get(status, "Audit failed"),
@@ -413,7 +478,7 @@ def _cell_view(host: dict, area: str) -> dict[str, Any]:
 def _other_view(f: dict, catalog: dict[str, dict]) -> dict[str, Any]:
     """A passing or skipped check on a lazy page: what _host_data carries of it (_OTHER_KEYS), as _finding_view
     has them."""
-    return {k: _text(f.get(k)) for k in _OTHER_KEYS}
+    return {k: message_text(f.get(k)) if k == "message" else _text(f.get(k)) for k in _OTHER_KEYS}
 
 
 def _finding_view(f: dict, catalog: dict[str, dict]) -> dict[str, Any]:
@@ -428,9 +493,8 @@ def _finding_view(f: dict, catalog: dict[str, dict]) -> dict[str, Any]:
         "severity": _text(f.get("severity")),
         "area": _text(f.get("area")),
         "title": _text(f.get("title") or entry.get("title")),
-        "message": _text(f.get("message")),
-        "rationale": _text(entry.get("rationale")),
-        "references": _references_view(entry.get("references")),
+        "message": message_text(f.get("message")),
+        "rule_anchor": "",  # its entry in the Rules section, where it has one (_host_view)
         "observed": _value_view(f.get("observed"), failing),
         "expected": _value_view(f.get("expected"), failing),
         "fix": {k: _text(fix.get(k)) for k in ("role", "tag", "manual")},
@@ -438,38 +502,35 @@ def _finding_view(f: dict, catalog: dict[str, dict]) -> dict[str, Any]:
     }
 
 
-def _compact(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "), default=str)
-
-
-def _pretty(value: Any) -> dict[str, Any]:
-    """A value for display: short ones inline (``block`` false); longer ones in a <pre>, one line when that is
-    not too long, else one line per key or item (values compact)."""
-    if isinstance(value, str):
-        return {"text": value, "block": "\n" in value or len(value) > INLINE_WIDTH}
-    text = _compact(value)
-    if len(text) <= INLINE_WIDTH:
+def _value_text(value: Any) -> dict[str, Any]:
+    """A value in words (fleetview.value_text: no JSON braces or quotes, no Python lists): short ones inline
+    (``block`` false); longer ones in a block, on one (wrapped) line up to ONE_LINE_WIDTH, else a mapping one
+    line per key (``gpus_full: 0\u20137``)."""
+    text = value_text(value)
+    if len(text) <= INLINE_WIDTH and "\n" not in text:
         return {"text": text, "block": False}
-    flat_list = isinstance(value, list) and not any(isinstance(v, (dict, list)) for v in value)
-    if len(text) <= ONE_LINE_WIDTH or flat_list or not isinstance(value, (dict, list)):
-        return {"text": text, "block": True}
-    if isinstance(value, dict):
-        lines = [f"  {_compact(str(k))}: {_compact(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))]
-        return {"text": "{\n" + ",\n".join(lines) + "\n}", "block": True}
-    return {"text": "[\n" + ",\n".join(f"  {_compact(v)}" for v in value) + "\n]", "block": True}
+    if isinstance(value, dict) and len(value) > 1:
+        lines = value_lines(value)
+        one = " \u00b7 ".join(lines)
+        return {"text": one if len(one) <= ONE_LINE_WIDTH else "\n".join(lines), "block": True}
+    return {"text": text, "block": True}
 
 
 def _value_view(value: Any, failing: dict[str, str]) -> dict[str, Any]:
-    """``_pretty(value)``, plus ``bad`` (the failing devices' entries, shown first and marked) and ``rest`` (what
-    the other devices are) when the value is keyed by the devices the finding's items name."""
-    view = _pretty(value)
+    """``_value_text(value)``, plus ``bad`` (the failing devices' entries, shown first and marked) and ``rest``
+    (what the other devices are) when the value is keyed by the devices the finding's items name."""
+    view = _value_text(value)
     view["bad"] = []
     view["rest"] = ""
-    f = focus(value, failing)
+    f = focus(value, failing, fmt=value_text)
     if f is not None:
         view["bad"] = f["bad"]
         view["rest"] = others_text(f)
     return view
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 def _items_view(items: Any) -> dict[str, Any]:
@@ -481,7 +542,7 @@ def _items_view(items: Any) -> dict[str, Any]:
                 columns.append(str(key))
     return {
         "columns": columns,
-        "rows": [[schema.format_value(r[c], 200) if c in r else "" for c in columns] for r in rows[:MAX_ITEM_ROWS]],
+        "rows": [[_cut(value_text(r[c]), 200) if c in r else "" for c in columns] for r in rows[:MAX_ITEM_ROWS]],
         "more": max(len(rows) - MAX_ITEM_ROWS, 0),
         "count": len(rows),
     }
