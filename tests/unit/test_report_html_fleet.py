@@ -67,7 +67,12 @@ def test_a_rules_rationale_and_sources_are_said_once(fleet, page):
         assert page.count(rationale) == 1, rule  # ... the rationale is in the page once
         for ref in catalog[rule].get("references") or []:
             assert page.count(str(escape(ref["url"]))) == 1, ref
+        manual = (catalog[rule].get("fix") or {}).get("manual")
+        if manual:  # the manual steps of a fix, too (once per rule that has them): the host cards link to them
+            rules = sum(1 for r in failing if (catalog[r].get("fix") or {}).get("manual") == manual)
+            assert page.count(str(escape(manual))) == rules, rule
     assert page.count("Why: ") == len(failing)
+    assert any((catalog[rule].get("fix") or {}).get("manual") for rule in failing)
 
 
 def test_a_finding_links_to_its_rule_entry(page):

@@ -134,7 +134,7 @@ def build_view(report: dict, lazy: bool | None = None) -> dict[str, Any]:
     rule_anchors = {r["rule"]: r["anchor"] for r in rollup}
     # anchors by name (host-1 is the first by name), the order worst first within a site (_sites_view)
     host_views = [
-        _host_view(anchors[name], str(name), host, catalog, lazy, rule_anchors) for name, host in sorted(hosts.items())
+        _host_view(anchors[name], str(name), host, catalog, lazy, rollup) for name, host in sorted(hosts.items())
     ]
     sites = _sites_view(host_views)
     host_views = [h for site in sites for h in site["hosts"]]  # the host cards in the matrix's order
@@ -216,6 +216,7 @@ def _rollup_view(report: dict, anchors: dict[str, str]) -> list[dict[str, Any]]:
                 "rationale": _text(r["rationale"]),
                 "references": _references_view(r["references"]),
                 "fix": schema.format_fix(r["fix"]),
+                "manual": _text(r["fix"].get("manual")) if isinstance(r["fix"], dict) else "",
                 "results": results,
             }
         )
@@ -353,15 +354,21 @@ def _sites_view(hosts: list[dict]) -> list[dict[str, Any]]:
 
 
 def _host_view(
-    anchor: str, name: str, host: Any, catalog: dict[str, dict], lazy: bool = False, rule_anchors: Any = None
+    anchor: str, name: str, host: Any, catalog: dict[str, dict], lazy: bool = False, rollup: Any = None
 ) -> dict[str, Any]:
     rank = host_rank(name, host)
     host = host if isinstance(host, dict) else {}
     status = host.get("status") if host.get("status") in schema.HOST_STATUSES else "failed"
     findings = sorted(schema.host_findings(host), key=schema.finding_sort_key)
     shown = [_finding_view(f, catalog) for f in findings if f.get("status") in ("fail", "warn", "error")]
-    for f in shown:
-        f["rule_anchor"] = (rule_anchors or {}).get(f["rule"], "")
+    rules = {r["rule"]: r for r in rollup or []}
+    for f in shown:  # linked to its rule's entry, which says the manual fix once (the card only where it differs)
+        entry = rules.get(f["rule"])
+        if entry:
+            f["rule_anchor"] = entry["anchor"]
+            if f["fix"]["manual"] and f["fix"]["manual"] == entry["manual"]:
+                f["fix"]["manual"] = ""
+                f["fix"]["in_rule"] = "1"
     # A lazy page carries of a passing or skipped check only _OTHER_KEYS: no need to lay out its values.
     other_view = _other_view if lazy else _finding_view
     others = [other_view(f, catalog) for f in findings if f.get("status") not in ("fail", "warn", "error")]
@@ -497,7 +504,7 @@ def _finding_view(f: dict, catalog: dict[str, dict]) -> dict[str, Any]:
         "rule_anchor": "",  # its entry in the Rules section, where it has one (_host_view)
         "observed": _value_view(f.get("observed"), failing),
         "expected": _value_view(f.get("expected"), failing),
-        "fix": {k: _text(fix.get(k)) for k in ("role", "tag", "manual")},
+        "fix": dict({k: _text(fix.get(k)) for k in ("role", "tag", "manual")}, in_rule=""),
         "items": _items_view(f.get("items")),
     }
 
