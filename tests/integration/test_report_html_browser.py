@@ -567,6 +567,13 @@ def test_1000_hosts_first_render_and_hosts_on_demand(tmp_path):
         assert devtools.evaluate(f"document.querySelectorAll('#host-{index} p.why, #host-{index} p.refs').length") == 0
         why = devtools.evaluate(f"document.querySelector('{link} p.why').textContent")
         assert why.startswith("Why: ") and len(why) > 40
+        steps = json.loads(  # a fix's manual steps: a link to the rule's entry that says them
+            devtools.evaluate(
+                f"JSON.stringify(Array.from(document.querySelectorAll('#host-{index} td.fix a'), (a) => "
+                "[a.textContent, a.getAttribute('href')]))"
+            )
+        )
+        assert steps and all(t == "manual steps: in the rule" and re.fullmatch(r"#rule-\d+", h) for t, h in steps)
         refs = devtools.evaluate(
             f"""JSON.stringify(Array.from(document.querySelectorAll('div.rule-entry'))
             .filter((r) => r.getAttribute('data-rule') === {json.dumps(first["id"])})
