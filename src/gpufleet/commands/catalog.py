@@ -85,13 +85,7 @@ def run_policy(args: argparse.Namespace) -> int:
         raise exits.UsageError("--markdown is the table of every policy key: it does not go with --host (--json does)")
     from gpufleet import hostpolicy
 
-    layers = hostpolicy.read_layers(args.inventory, args.host, args.policy)
-    merged, sources = hostpolicy.explain(layers)
-    if args.json:
-        print(json.dumps(hostpolicy.as_json(args.host, layers, merged, sources), indent=2, sort_keys=True))
-    else:
-        print(clean_lines(hostpolicy.as_text(args.host, layers, merged, sources)))
-    return exits.EXIT_OK
+    return _print_layers(args, args.host, hostpolicy.read_layers(args.inventory, args.host, args.policy))
 
 
 def _show_policy_file(args: argparse.Namespace) -> int:
@@ -99,14 +93,21 @@ def _show_policy_file(args: argparse.Namespace) -> int:
     policy it makes over the defaults, each key with who set it."""
     if args.markdown:
         raise exits.UsageError("--markdown is the table of every policy key: it does not go with --policy")
-    from gpufleet import hostpolicy, preflight
+    from gpufleet import preflight
 
-    layers = [(f"--policy {args.policy}", preflight.load_policy_file(args.policy))]
+    return _print_layers(args, args.policy, [(f"--policy {args.policy}", preflight.load_policy_file(args.policy))])
+
+
+def _print_layers(args: argparse.Namespace, name: str, layers: list) -> int:
+    """The policy ``layers`` make (merged over the defaults), each key with the layer that set it: as text, or JSON
+    with --json."""
+    from gpufleet import hostpolicy
+
     merged, sources = hostpolicy.explain(layers)
     if args.json:
-        print(json.dumps(hostpolicy.as_json(args.policy, layers, merged, sources), indent=2, sort_keys=True))
+        print(json.dumps(hostpolicy.as_json(name, layers, merged, sources), indent=2, sort_keys=True))
     else:
-        print(clean_lines(hostpolicy.as_text(args.policy, layers, merged, sources)))
+        print(clean_lines(hostpolicy.as_text(name, layers, merged, sources)))
     return exits.EXIT_OK
 
 
