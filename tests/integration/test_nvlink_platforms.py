@@ -31,40 +31,28 @@ GB200 = {"gpu.*.name": "NVIDIA GB200", "gpu.*.pci_device_id": "0x294110DE", "gpu
 NO_FABRIC = {"gpu.*.fabric_state": None, "gpu.*.fabric_status": None, "gpu.*.fabric_health_mask": None}
 TRAY_NODES = "".join(f"10.114.0.{n}\n" for n in range(1, 19))
 
+
+def _hgx_b200(nvml: dict, running: bool) -> tuple:
+    """An HGX B200 (8 GPUs, the baseboard's NVSwitch bridge) with fabric manager and NVLSM installed, ``running`` or
+    stopped, an hour after boot."""
+    fabric = {"fabricmanager": "550.90.07", "fabricmanager_running": running, "nvlsm": True, "nvlsm_running": running}
+    return "h100", 8, nvml, "0x2901", {"mellanox_pci": mkroot.nvswitch_bridge("c1"), **fabric, "uptime_s": 3600}
+
+
+def _gb200_tray(imex_running: bool) -> tuple:
+    """A GB200 NVL72 compute tray (4 GPUs, Grace) with nvidia-imex installed, ``imex_running`` or not."""
+    imex = {"running": imex_running, "nodes": TRAY_NODES}
+    return "h100", 4, GB200, "0x2941", {**mkroot.grace_hopper(), "imex": imex,
+                                        "local_addresses": ["127.0.0.1", "10.114.0.7"], "uptime_s": 3600}
+
+
 # host -> (profile, GPUs, NVML overrides, PCI device id, mkroot overrides)
 HOSTS = {
-    "b200_fm_stopped": (
-        "h100",
-        8,
-        {**B200, "gpu.*.fabric_state": "2"},  # NVML_GPU_FABRIC_STATE_IN_PROGRESS
-        "0x2901",
-        {"mellanox_pci": mkroot.nvswitch_bridge("c1"), "fabricmanager": "550.90.07", "fabricmanager_running": False,
-         "nvlsm": True, "nvlsm_running": False, "uptime_s": 3600},
-    ),
-    "b200_ok": (
-        "h100",
-        8,
-        B200,
-        "0x2901",
-        {"mellanox_pci": mkroot.nvswitch_bridge("c1"), "fabricmanager": "550.90.07", "fabricmanager_running": True,
-         "nvlsm": True, "nvlsm_running": True, "uptime_s": 3600},
-    ),
-    "gb200_no_imex": (
-        "h100",
-        4,
-        GB200,
-        "0x2941",
-        {**mkroot.grace_hopper(), "imex": {"running": False, "nodes": TRAY_NODES},
-         "local_addresses": ["127.0.0.1", "10.114.0.7"], "uptime_s": 3600},
-    ),
-    "gb200_ok": (
-        "h100",
-        4,
-        GB200,
-        "0x2941",
-        {**mkroot.grace_hopper(), "imex": {"running": True, "nodes": TRAY_NODES},
-         "local_addresses": ["127.0.0.1", "10.114.0.7"], "uptime_s": 3600},
-    ),
+    # NVML_GPU_FABRIC_STATE_IN_PROGRESS
+    "b200_fm_stopped": _hgx_b200({**B200, "gpu.*.fabric_state": "2"}, running=False),
+    "b200_ok": _hgx_b200(B200, running=True),
+    "gb200_no_imex": _gb200_tray(imex_running=False),
+    "gb200_ok": _gb200_tray(imex_running=True),
     "h100_pcie": ("h100", 2, {"gpu.*.name": "NVIDIA H100 PCIe", "gpu.*.pci_device_id": "0x233110DE", **NO_FABRIC},
                   "0x2331", {}),
     "gh200": ("h100", 1, {"gpu.*.name": "NVIDIA GH200 480GB", "gpu.*.pci_device_id": "0x234210DE", **NO_FABRIC},
