@@ -645,6 +645,18 @@ def _clock_event_reasons(g, nv):
     }
 
 
+def _link_call(g, nv, fn, link):
+    """``fn(handle, link)`` for one NVLink link: (its value, None), or (None, the NVML error's name); GpuIsLost also
+    marks the GPU lost. Unlike ``_Gpu.call`` nothing is recorded: the callers judge a link's error by the links."""
+    try:
+        return fn(g.handle, link), None
+    except nv.NVMLError as exc:
+        reason = error_name(exc)
+        if reason == "GpuIsLost":
+            g.lost = True
+        return None, reason
+
+
 def _nvlink(g, nv):
     """Link states. The number of links is NVML's link-count field (NVML_FI_DEV_NVLINK_LINK_COUNT, as DCGM reads
     it); only where that field is not supported are links 0..PROBE_NVLINK_LINKS-1 probed one by one, and the
@@ -667,15 +679,10 @@ def _nvlink(g, nv):
         g.unsupported["nvlink"] = binding_lacks("nvmlDeviceGetNvLinkState")
         return None
     for link in range(count if count is not None else PROBE_NVLINK_LINKS):
+        state, reason = _link_call(g, nv, state_fn, link)
         if g.lost:
             return None
-        try:
-            state = state_fn(g.handle, link)
-        except nv.NVMLError as exc:
-            reason = error_name(exc)
-            if reason == "GpuIsLost":
-                g.lost = True
-                return None
+        if reason is not None:
             if first_error is None:
                 first_error = reason
             if reason in ("FunctionNotFound", "NoPermission"):
@@ -711,17 +718,15 @@ def _nvlink_remote(g, nv, links):
     out = {}
     for link in links:
         try:
-            info = fn(g.handle, link)
-        except nv.NVMLError as exc:
-            reason = error_name(exc)
-            if reason == "GpuIsLost":
-                g.lost = True
-                return None
+            info, reason = _link_call(g, nv, fn, link)
+        except _mismatch_error(nv):
+            return None
+        if g.lost:
+            return None
+        if reason is not None:
             if not out and reason in ("NotSupported", "FunctionNotFound", "NoPermission"):
                 return None
             continue
-        except _mismatch_error(nv):
-            return None
         bus = sysfs_bus_id(as_text(info.busId))
         if bus:
             out[str(link)] = bus
