@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """Atomic file writes for everything gpufleet writes on a target: temp file in the same directory, fsync,
 fchmod, rename. A reader never sees a half-written file, and a failure leaves the old file in place. And the read
-of the JSON records gpufleet keeps there (the watch's state and baseline).
+of the JSON records gpufleet keeps there (the watch's state and baseline) and of a file's text before it is written.
 
 gpufleet writes as root. A directory another user can write (node_exporter's textfile directory, a 0777 or
 sticky directory) would let that user swap the temp file for a symlink between the write and a chmod by name, or
@@ -48,6 +48,16 @@ def read_record(path, version):
     except (IOError, OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("version") == version else None
+
+
+def read_text(path):
+    """The text of the file at ``path``; None when it is missing or cannot be read (what a file gpufleet is about to
+    write held before, for a record or a diff)."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except (IOError, OSError):
+        return None
 
 
 def owner_uid(owner):

@@ -22,7 +22,7 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_setting
 from ansible_collections.gpufleet.tuning.plugins.module_utils import nic, nic_settings, nvml, programs
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback, route_follow, routes, sysctl
 from ansible_collections.gpufleet.tuning.plugins.module_utils.ethtool import Ethtool
-from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import read_text, write_atomic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.hostfs import HostFS
 from ansible_collections.gpufleet.tuning.plugins.module_utils.nvml_session import NvmlInitError, nvml_session
 
@@ -112,14 +112,6 @@ def _describe(entry):
     return "%s %s" % (entry["kind"], " ".join(str(k) for k in keys))
 
 
-def _read_file(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except (IOError, OSError):
-        return None
-
-
 def _add_diff(diffs, what, before, after):
     if diffs is not None:
         diffs.append({"before_header": what, "after_header": what, "before": before, "after": after})
@@ -145,11 +137,11 @@ def restore_file(module, entry, diffs=None):
         # lexists: a link the run created goes even when its target is already gone; unlink removes the link itself.
         if not os.path.lexists(path):
             return False
-        _add_diff(diffs, _describe(entry), _read_file(path) or "", "")
+        _add_diff(diffs, _describe(entry), read_text(path) or "", "")
         if not module.check_mode:
             os.unlink(path)
         return True
-    current = _read_file(path)
+    current = read_text(path)
     if current == entry["content"]:
         return False
     _add_diff(diffs, _describe(entry), current or "", entry["content"])
@@ -241,7 +233,7 @@ def _shown(text):
 
 
 def restore_value(module, path, value, diffs=None, what=None):
-    current = _read_file(path)
+    current = read_text(path)
     if current is not None and _shown(current) == sysctl.normalize(value):
         return False
     _add_diff(diffs, what or path, (current or "").rstrip("\n") + "\n", str(value) + "\n")

@@ -20,7 +20,7 @@ import os
 import re
 
 from ansible_collections.gpufleet.tuning.plugins.module_utils import programs, rollback, route_follow, routes
-from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import read_text, write_atomic
 
 UNIT_NAME = "gpufleet-route-congctl.service"
 _CC = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
@@ -115,11 +115,7 @@ class RouteCongctl:
         if self.module.params["persist"]:
             path = os.path.join(self.module.params["unit_dir"], UNIT_NAME)
             self.unit_new = unit_text(self.ip_bin, self.argvs)
-            try:
-                with open(path) as f:
-                    self.unit_old = f.read()
-            except (IOError, OSError):
-                self.unit_old = None
+            self.unit_old = read_text(path)
             self.unit = {"path": path, "changed": self.unit_old != self.unit_new}
 
     def _plan_route(self, net):
@@ -235,14 +231,6 @@ def follow_unit_text(python, lib_dir, config_path):
     )
 
 
-def _read(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except (IOError, OSError):
-        return None
-
-
 class RouteFollow:
     """plan() reads the main table, gpufleet's table and rules; apply() brings them in line and writes the config
     and the unit (never in check mode, prior state recorded for rollback first); result() reports."""
@@ -260,7 +248,7 @@ class RouteFollow:
             (os.path.join(p["unit_dir"], route_follow.UNIT_NAME),
              follow_unit_text(p["python"], p["lib_dir"], p["config_path"])),
         ]  # fmt: skip
-        self.old = [_read(path) for path, _text in self.files]
+        self.old = [read_text(path) for path, _text in self.files]
         self.actions, self.unrouted = [], []
 
     def plan(self):

@@ -188,7 +188,7 @@ from ansible_collections.gpufleet.tuning.plugins.module_utils import zipimport_o
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_boot_config as boot
 from ansible_collections.gpufleet.tuning.plugins.module_utils import gpu_settings as gs
 from ansible_collections.gpufleet.tuning.plugins.module_utils import nvml, rollback
-from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import write_atomic
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import read_text, write_atomic
 from ansible_collections.gpufleet.tuning.plugins.module_utils.nvml_session import NvmlInitError, nvml_session
 
 
@@ -225,7 +225,7 @@ class GpuSettings(object):
             gs.check_strict(self.plans)
         existing = {}
         if p["config_file"]:
-            self.config_before = self.read_config()
+            self.config_before = read_text(p["config_file"])
             existing = boot.parse(self.config_before, p["config_file"])
         self.set_gpus = any(plan["calls"] for plan in self.plans)
 
@@ -245,13 +245,6 @@ class GpuSettings(object):
                 self.write_config_file()
 
         self.changed = self.write_config or any(g["changed"] for g in self.gpus)
-
-    def read_config(self):
-        try:
-            with open(self.params["config_file"]) as f:
-                return f.read()
-        except (IOError, OSError):
-            return None
 
     def write_config_file(self):
         path = self.params["config_file"]

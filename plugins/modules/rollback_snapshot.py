@@ -49,6 +49,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.tuning.plugins.module_utils import rollback
+from ansible_collections.gpufleet.tuning.plugins.module_utils.fileio import read_text
 
 
 def main():
@@ -60,12 +61,7 @@ def main():
     for path in module.params["paths"]:
         if not os.path.isabs(path):
             module.fail_json(msg="paths: %r is not an absolute path" % path)
-        try:
-            with open(path) as f:
-                content = f.read()
-        except (IOError, OSError):
-            content = None
-        entries.append({"kind": "file", "path": path, "content": content})
+        entries.append({"kind": "file", "path": path, "content": read_text(path)})
     rollback.record_for(module, entries)
     recorded = [e["path"] for e in entries] if module.params["rollback_run_id"] and not module.check_mode else []
     module.exit_json(changed=False, recorded=recorded)
