@@ -67,23 +67,25 @@ def test_a_directory_owned_by_another_user_is_refused_naming_it(tmp_path):
     assert os.listdir(out) == []
 
 
-def test_a_world_writable_directory_is_refused(tmp_path):
-    out = tmp_path / "open"
-    out.mkdir()
-    out.chmod(0o777)
-    with pytest.raises(fileio.UnsafeDirectory, match="0777.*writable by every user"):
-        fileio.write_atomic(str(out / "f"), "x\n")
-    assert os.listdir(out) == []
-
-
-def test_a_sticky_shared_directory_is_refused_unless_the_caller_allows_it(tmp_path):
-    shared = tmp_path / "tmp"
+@pytest.mark.parametrize(
+    "mode, why, shared_ok",
+    [(0o777, "0777.*writable by every user", False), (0o1777, "sticky", True)],
+    ids=["world-writable", "sticky"],
+)
+def test_a_directory_every_user_writes_is_refused_unless_sticky_and_allowed(tmp_path, mode, why, shared_ok):
+    """World-writable is refused; a sticky one (like /tmp) only unless the caller allows a shared directory."""
+    shared = tmp_path / "shared"
     shared.mkdir()
-    shared.chmod(0o1777)
-    with pytest.raises(fileio.UnsafeDirectory, match="sticky"):
+    shared.chmod(mode)
+    with pytest.raises(fileio.UnsafeDirectory, match=why):
         fileio.write_atomic(str(shared / "f"), "x\n")
-    fileio.write_atomic(str(shared / "f"), "x\n", mode=0o600, allow_shared=True)
-    assert (shared / "f").read_text() == "x\n" and _mode(shared / "f") == 0o600
+    assert os.listdir(shared) == []
+    if shared_ok:
+        fileio.write_atomic(str(shared / "f"), "x\n", mode=0o600, allow_shared=True)
+        assert (shared / "f").read_text() == "x\n" and _mode(shared / "f") == 0o600
+    else:
+        with pytest.raises(fileio.UnsafeDirectory, match=why):
+            fileio.write_atomic(str(shared / "f"), "x\n", mode=0o600, allow_shared=True)
 
 
 @needs_root
