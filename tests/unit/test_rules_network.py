@@ -191,50 +191,65 @@ def test_growing_ring_counter_fails_with_the_rate_and_the_ring():
     assert "rx_out_of_buffer +3366 in 1.0 s (rx ring 1024 of 8192)" in finding["message"]
 
 
-def test_growing_at_the_maximum_points_at_the_cpu():
-    rings = {"rx": 8192, "tx": 8192, "rx_max": 8192, "tx_max": 8192}
-    finding = _rings(_nic("ens1", driver="mlx5_core", rings=rings, drops=_drops({"rx_out_of_buffer": (90, 5)})))
-    assert finding["status"] == "fail" and "already the maximum" in finding["message"]
-
-
-def test_cumulative_count_only_is_a_low_warning():
-    finding = _rings(
-        _nic("ens1", driver="mlx5_core", rings=STOCK_RINGS["mlx5_core"], drops=_drops({"rx_out_of_buffer": (48211, 0)}))
-    )
-    assert finding["status"] == "warn" and finding["severity"] == "low"
-    assert "since the driver loaded, none during the sample: ens1 rx_out_of_buffer 48211" in finding["message"]
-
-
-def test_ena_allowance_is_the_instances_limit_reported_as_information():
-    nic = _nic(
-        "ens5",
-        driver="ena",
-        rings=STOCK_RINGS["ena"],
-        drops=_drops({"rx_drops": (0, 0)}, allowance={"pps_allowance_exceeded": (1390, 208)}),
-    )
-    finding = _rings(nic)
-    assert finding["status"] == "warn" and finding["severity"] == "info"
-    assert "allowance (its limits, not rings): ens5 pps_allowance_exceeded +208" in finding["message"]
-    # With ring drops as well, the ring is the finding and the allowance is said next to it.
-    nic["drops"]["ring"]["rx_drops"] = {"total": 12, "delta": 12}
-    finding = _rings(nic)
-    assert finding["status"] == "fail" and "rx_drops +12" in finding["message"] and "allowance" in finding["message"]
-
-
-def test_other_nic_drops_are_named_but_not_judged_as_rings():
-    nic = _nic(
-        "eth0",
-        driver="ice",
-        rings=STOCK_RINGS["ice"],
-        drops=_drops({"rx_dropped": (0, 0)}, other={"rx_dropped.nic": (1600, 68)}),
-    )
-    finding = _rings(nic)
-    assert finding["status"] == "pass" and "rx_dropped.nic +68" in finding["message"]
-
-
-def test_drivers_without_a_ring_counter_are_not_judged():
-    finding = _rings(_nic("eth0", driver="virtio_net", rings={"rx": 256, "tx": 256, "rx_max": 1024, "tx_max": 1024}))
-    assert finding["status"] == "skip" and "no NIC reports a ring-overflow counter" in finding["message"]
+@pytest.mark.parametrize(
+    "name, driver, rings, drops, expect, said",
+    [
+        (  # growing at the maximum points at the CPU
+            "ens1",
+            "mlx5_core",
+            {"rx": 8192, "tx": 8192, "rx_max": 8192, "tx_max": 8192},
+            _drops({"rx_out_of_buffer": (90, 5)}),
+            {"status": "fail"},
+            ["already the maximum"],
+        ),
+        (  # a cumulative count only is a low warning
+            "ens1",
+            "mlx5_core",
+            STOCK_RINGS["mlx5_core"],
+            _drops({"rx_out_of_buffer": (48211, 0)}),
+            {"status": "warn", "severity": "low"},
+            ["since the driver loaded, none during the sample: ens1 rx_out_of_buffer 48211"],
+        ),
+        (  # ENA's allowance is the instance's limit, reported as information
+            "ens5",
+            "ena",
+            STOCK_RINGS["ena"],
+            _drops({"rx_drops": (0, 0)}, allowance={"pps_allowance_exceeded": (1390, 208)}),
+            {"status": "warn", "severity": "info"},
+            ["allowance (its limits, not rings): ens5 pps_allowance_exceeded +208"],
+        ),
+        (  # with ring drops as well, the ring is the finding and the allowance is said next to it
+            "ens5",
+            "ena",
+            STOCK_RINGS["ena"],
+            _drops({"rx_drops": (12, 12)}, allowance={"pps_allowance_exceeded": (1390, 208)}),
+            {"status": "fail"},
+            ["rx_drops +12", "allowance"],
+        ),
+        (  # other NIC drops are named but not judged as rings
+            "eth0",
+            "ice",
+            STOCK_RINGS["ice"],
+            _drops({"rx_dropped": (0, 0)}, other={"rx_dropped.nic": (1600, 68)}),
+            {"status": "pass"},
+            ["rx_dropped.nic +68"],
+        ),
+        (  # drivers without a ring counter are not judged
+            "eth0",
+            "virtio_net",
+            {"rx": 256, "tx": 256, "rx_max": 1024, "tx_max": 1024},
+            None,
+            {"status": "skip"},
+            ["no NIC reports a ring-overflow counter"],
+        ),
+    ],
+    ids=["at-maximum", "cumulative-only", "ena-allowance", "ena-ring-and-allowance", "other-drops", "no-counter"],
+)
+def test_ring_verdicts(name, driver, rings, drops, expect, said):
+    finding = _rings(_nic(name, driver=driver, rings=rings, drops=drops))
+    assert {k: finding[k] for k in expect} == expect, finding
+    for text in said:
+        assert text in finding["message"]
 
 
 # --- NET-TCP-001..004 judged against the declared long-haul links; NET-MTU-001 against a declared floor --------
