@@ -287,38 +287,40 @@ def test_the_owners_choice_wins_over_the_host(requested):
     assert (fabric["managed"], fabric["source"]) == (requested, "user")
 
 
-def test_fabric_missing_in_the_drivers_version_refuses_the_change():
-    """The repository has driver 550.90.07 but no fabric manager of that version: nothing may change, even though
-    the GPUs are idle and the modules could be reloaded."""
+@pytest.mark.parametrize(
+    "installed, candidate, loaded, reboot_ok, missing, refused",
+    [
+        (
+            "535.183.01-1",
+            "550.90.07-1",
+            "535.183.01",
+            True,
+            "nvidia-fabricmanager-550 550.90.07",
+            "driver 535.183.01 -> 550.90.07 refused (nothing removed, nothing installed)",
+        ),
+        (
+            "550.90.07-1",
+            "550.90.07-1",
+            "550.90.07",
+            False,
+            "libnvidia-nscq-550 550.90.07",
+            "fabric manager at driver 550.90.07 refused",
+        ),
+    ],
+    ids=["driver-change", "no-driver-change"],
+)
+def test_fabric_missing_in_the_drivers_version_refuses(installed, candidate, loaded, reboot_ok, missing, refused):
+    """The repository has driver 550.90.07 but no fabric manager (or NSCQ) of that version: nothing may change, even
+    though the GPUs are idle and the modules could be reloaded; without a driver change as well."""
     plan = nd.plan_change(
-        "535.183.01-1",
-        "550.90.07-1",
-        "535.183.01",
-        [],
-        reboot_ok=True,
-        secure_boot=OK_SB,
-        fabric_missing=["nvidia-fabricmanager-550 550.90.07"],
+        installed, candidate, loaded, [], reboot_ok=reboot_ok, secure_boot=OK_SB, fabric_missing=[missing]
     )
     assert plan["action"] == "blocked"
     assert plan["blockers"] == [
-        "no nvidia-fabricmanager-550 550.90.07 in the package sources: fabric manager, NSCQ and IMEX must match "
+        f"no {missing} in the package sources: fabric manager, NSCQ and IMEX must match "
         "the driver's version exactly (NVIDIA Fabric Manager User Guide)"
     ]
-    assert plan["message"].startswith("driver 535.183.01 -> 550.90.07 refused (nothing removed, nothing installed)")
-
-
-def test_fabric_missing_without_a_driver_change_is_refused_too():
-    plan = nd.plan_change(
-        "550.90.07-1",
-        "550.90.07-1",
-        "550.90.07",
-        [],
-        reboot_ok=False,
-        secure_boot=OK_SB,
-        fabric_missing=["libnvidia-nscq-550 550.90.07"],
-    )
-    assert plan["action"] == "blocked"
-    assert plan["message"].startswith("fabric manager at driver 550.90.07 refused")
+    assert plan["message"].startswith(refused)
 
 
 def test_fabric_present_plans_as_before():
