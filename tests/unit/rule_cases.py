@@ -118,6 +118,14 @@ def evaluate(facts, overrides=None):
     return {f["rule"]: f for f in rules.evaluate(facts, policy)}
 
 
+def finding_after(rule_id, *mutations, policy=None):
+    """The finding of ``rule_id`` on ``rule_facts.healthy()`` changed by each of ``mutations`` in turn."""
+    facts = healthy()
+    for mutate in mutations:
+        mutate(facts)
+    return evaluate(facts, policy)[rule_id]
+
+
 def case_policy(case):
     """The policy a case runs under, or None."""
     return case[2] if len(case) > 2 else None

@@ -4,7 +4,7 @@ case each (CASES), and what each says where it cannot judge (a VM, an unreadable
 from __future__ import annotations
 
 import rule_cases
-from rule_cases import evaluate
+from rule_cases import evaluate, finding_after
 from rule_facts import healthy
 
 
@@ -80,9 +80,7 @@ def test_dmabuf_passes_without_the_module_and_unknown_dmabuf_warns():
 
 
 def test_acs_failure_names_each_bridge_and_its_setpci_command():
-    f = healthy()
-    acs_on(f)
-    finding = evaluate(f)["NET-GDR-002"]
+    finding = finding_after("NET-GDR-002", acs_on)
     assert finding["items"] == [
         {
             "bridge": "0000:39:00.0",
@@ -105,13 +103,11 @@ def test_unreadable_config_space_is_not_off():
 
 
 def test_iommu_failure_gives_the_kernel_parameter_for_the_architecture():
-    f = healthy()
-    iommu_translated(f)
-    finding = evaluate(f)["NET-GDR-003"]
+    finding = finding_after("NET-GDR-003", iommu_translated)
     assert "iommu=pt" in finding["message"] and "/etc/default/grub" in finding["message"]
     assert finding["items"] == [{"function": "0000:18:00.0", "domain": "DMA-FQ", "param": "iommu=pt"}]
-    gd(f)["virtualization"]["arch"] = "arm64"
-    assert "iommu.passthrough=1" in evaluate(f)["NET-GDR-003"]["message"]
+    on_arm = finding_after("NET-GDR-003", iommu_translated, lambda f: gd(f)["virtualization"].update(arch="arm64"))
+    assert "iommu.passthrough=1" in on_arm["message"]
 
 
 def test_on_a_vm_acs_and_iommu_are_the_hypervisors_and_peer_memory_is_still_judged():
