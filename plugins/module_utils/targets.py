@@ -98,8 +98,8 @@ def verdicts(facts, policy, roles=ROLES, catalog=None):
 
 def compute(facts, policy, role_vars=None, roles=ROLES, catalog=None, persist=False):
     """``{"roles": {role: {key: value}}, "overrides": [{variable, value, policy_key, policy_value}], "rules":
-    {rule id: [keys]}, "verdicts": {rule id: status}, "apply": [rule id], "passing": [rule id], "failing":
-    [rule id]}`` for ``facts`` (the audit's shape) and ``policy`` (validated).
+    {rule id: [keys]}, "verdicts": {rule id: status}, "apply": [rule id], "turned_off": [rule id], "passing":
+    [rule id], "failing": [rule id]}`` for ``facts`` (the audit's shape) and ``policy`` (validated).
 
     ``role_vars``: the public role variables by name; None means not set. Each override row names the policy key the
     variable replaces and the policy's value there (or, for a derived target with no policy key of its own, what the
@@ -109,11 +109,13 @@ def compute(facts, policy, role_vars=None, roles=ROLES, catalog=None, persist=Fa
     (``verdicts``) or that shares its target function with such a rule, and a passing one only when ``persist`` is
     true; never a rule the policy turned off (``turned_off``: disabled, or below min_severity); and any rule one of
     whose role variables (not a ``SELECTORS`` one) is set. ``passing``: the rules whose check passes;
-    ``failing``: those that fail or warn.
+    ``failing``: those that fail or warn. ``turned_off``: the rules the policy turned off and no role variable
+    asks for, in catalog order - a file the roles write whole for another rule (sysctl.d, sysfs.json, a NIC's
+    persistence file) leaves their keys out, so the host keeps its own value there, at runtime and at boot.
     """
     role_vars = dict((k, v) for k, v in (role_vars or {}).items() if v is not None)
     out = dict((role, {}) for role in roles)
-    overrides, by_rule, apply = [], {}, []
+    overrides, by_rule, apply, off = [], {}, [], []
     judged = verdicts(facts, policy, roles, catalog)
     # Rules that share one fix (one target function: GPU-ECC-001's ECC on and GPU-ECC-002's pending mode) are
     # applied together: the value the fix sets holds only where every one of them passes.
@@ -123,6 +125,8 @@ def compute(facts, policy, role_vars=None, roles=ROLES, catalog=None, persist=Fa
         asked = any(rv.variable in role_vars and rv.variable not in SELECTORS for rv in rule.role_vars)
         if asked or not turned_off(rule, policy) and (rule.target in unheld or persist):
             apply.append(rule.id)
+        elif not asked and turned_off(rule, policy):
+            off.append(rule.id)
         values = rule.target(facts, policy, given)
         by_rule[rule.id] = sorted(values)
         out[rule.fix["role"]].update(values)
@@ -149,6 +153,7 @@ def compute(facts, policy, role_vars=None, roles=ROLES, catalog=None, persist=Fa
         "rules": by_rule,
         "verdicts": judged,
         "apply": apply,
+        "turned_off": off,
         "passing": [r for r in judged if judged[r] == "pass"],
         "failing": [r for r in judged if judged[r] in ("fail", "warn")],
     }

@@ -123,11 +123,22 @@ verdicts:
 apply:
   description:
     - The rules whose values the roles set, in catalog order - every rule that does not pass; a passing rule only
-      with O(persist) or when one of its role variables is set. The roles skip the tasks of the others.
+      with O(persist) or when one of its role variables is set; never a rule in RV(turned_off). The roles skip the
+      tasks of the others.
   returned: always
   type: list
   elements: str
   sample: ["HOST-CPU-001"]
+turned_off:
+  description:
+    - The fixable rules the policy turned off here (C(rules.<id>.enabled) false, or a severity below
+      C(min_severity)) and no role variable asks for, in catalog order. The audit skips them and the roles leave
+      them alone - also in a file they write whole for another rule (the sysctl.d files, sysfs.json, a NIC's
+      persistence file), so the host keeps its own value for their keys.
+  returned: always
+  type: list
+  elements: str
+  sample: ["HOST-MEM-005"]
 passing:
   description: The fixable rules whose check passes on this host (their values already hold).
   returned: always

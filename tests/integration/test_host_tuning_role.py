@@ -3,6 +3,7 @@ owns (verified by re-running the audit on the same root), the second run changes
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -177,6 +178,22 @@ def test_targets_come_from_the_policy_and_running_choices_are_kept(tmp_path):
             "held1": ({"swappiness": 1}, {}),
             # Issue 29: a role variable set is a request to set it, even where the rule passes (10 <= 10 without swap).
             "asked5": ({}, {"host_tuning_swappiness": 5}),
+            # Rules the policy turned off (HOST-MEM-005 and HOST-CPU-001 disabled) are left alone, also in the files
+            # written whole for the rules that fail (HOST-MEM-002: sysctl.d; HOST-MEM-003: sysfs.json).
+            "off": (
+                {
+                    "swappiness": 60,
+                    "swap_total_mib": 8192,
+                    "overcommit_memory": 2,
+                    "governor": "powersave",
+                    "thp_defrag": "always",
+                },
+                {
+                    "gpufleet_policy_group": {
+                        "rules": {"HOST-MEM-005": {"enabled": False}, "HOST-CPU-001": {"enabled": False}}
+                    }
+                },
+            ),
         },
     )
     hosts, changed = _run_fleet(tmp_path)
@@ -211,6 +228,16 @@ def test_targets_come_from_the_policy_and_running_choices_are_kept(tmp_path):
     assert "vm.swappiness = 5" in (tmp_path / "asked5/etc/sysctl.d/60-gpufleet.conf").read_text()
     assert (tmp_path / "asked5/proc/sys/vm/swappiness").read_text().strip() == "5"
     assert not (tmp_path / "asked5/etc/security/limits.d/90-gpufleet.conf").exists()  # HOST-MEM-004 passes
+
+    text = (tmp_path / "off/etc/sysctl.d/60-gpufleet.conf").read_text()
+    assert "vm.swappiness = 10" in text and "overcommit" not in text, text
+    assert (tmp_path / "off/proc/sys/vm/overcommit_memory").read_text().strip() == "2"
+    sysfs = json.loads((tmp_path / "off/etc/gpufleet/sysfs.json").read_text())
+    assert "defrag" in json.dumps(sysfs) and "scaling_governor" not in json.dumps(sysfs), sysfs
+    assert (tmp_path / "off/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor").read_text().strip() == "powersave"
+    findings, _ = hosts["off"]
+    assert findings["HOST-MEM-002"]["status"] == "pass" and findings["HOST-MEM-003"]["status"] == "pass"
+    assert findings["HOST-MEM-005"]["status"] == "skip" and findings["HOST-CPU-001"]["status"] == "skip"
 
     _hosts, changed = _run_fleet(tmp_path)
     assert [c for c in changed if c[1] != "Decisions"] == []

@@ -91,8 +91,15 @@ def test_a_rule_the_policy_turned_off_is_not_applied_even_where_it_fails():
     vm.swappiness alone too, with persist as well; a role variable set for it is still a request to set it."""
     facts = _failing_swappiness()
     off = _policy({"rules": {"HOST-MEM-002": {"enabled": False}}})
-    assert targets.compute(facts, off)["apply"] == []
-    assert "HOST-MEM-002" not in targets.compute(facts, off, persist=True)["apply"]
-    assert targets.compute(facts, off, role_vars={"host_tuning_swappiness": 5})["apply"] == ["HOST-MEM-002"]
-    above = _policy({"min_severity": "critical"})
-    assert "HOST-MEM-002" not in targets.compute(facts, above)["apply"]
+    out = targets.compute(facts, off)
+    # turned_off: the roles leave its key out of a file they write whole for another rule (sysctl.d, sysfs.json).
+    assert out["apply"] == [] and out["turned_off"] == ["HOST-MEM-002"]
+    persisted = targets.compute(facts, off, persist=True)
+    assert "HOST-MEM-002" not in persisted["apply"] and persisted["turned_off"] == ["HOST-MEM-002"]
+    asked = targets.compute(facts, off, role_vars={"host_tuning_swappiness": 5})
+    assert asked["apply"] == ["HOST-MEM-002"] and asked["turned_off"] == []
+    above = targets.compute(facts, _policy({"min_severity": "critical"}))
+    assert "HOST-MEM-002" not in above["apply"]
+    # Every fixable rule below critical is turned off; the critical ones (if any) are judged as usual.
+    assert above["turned_off"] == [r.id for r in targets.fixable() if r.severity != "critical"]
+    assert targets.compute(facts, _policy())["turned_off"] == []
