@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import html as report_html
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import schema
-from report_fixtures import load
+from report_fixtures import load, warn_skip_error
 
 VOID = {"meta", "input", "br", "img", "link", "hr", "col", "area", "base", "wbr", "source"}
 
@@ -139,20 +139,7 @@ def test_matrix_healthy_unreachable_and_failed_hosts(sample_html):
 
 
 def test_warn_skip_error_and_empty_cells():
-    report = {
-        "hosts": {
-            "h": {
-                "status": "ok",
-                "findings": [
-                    {"rule": "GPU-CPU-002", "area": "cpu", "status": "warn", "severity": "medium"},
-                    {"rule": "GPU-CPU-001", "area": "cpu", "status": "pass", "severity": "medium"},
-                    {"rule": "GPU-MEM-003", "area": "memory", "status": "skip", "severity": "low"},
-                    {"rule": "GPU-HLT-002", "area": "health", "status": "error", "severity": "critical"},
-                    {"rule": "GPU-HLT-001", "area": "health", "status": "pass", "severity": "critical"},
-                ],
-            }
-        }
-    }
+    report = warn_skip_error()
     cells = _cells(report_html.render_html(report), "h")
     assert {"cell-warn", "sev-medium"} <= cells["cpu"].classes()
     assert "cell-skip" in cells["memory"].classes()

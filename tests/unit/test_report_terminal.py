@@ -8,7 +8,7 @@ import re
 import pytest
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report import schema
 from ansible_collections.gpufleet.tuning.plugins.plugin_utils.report.terminal import CELL_WIDTH, clean, render_terminal
-from report_fixtures import load
+from report_fixtures import load, one_host, warn_skip_error
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -42,19 +42,7 @@ def test_matrix_is_fixed_width(text):
 
 
 def test_warn_only_cell():
-    report = {
-        "hosts": {
-            "h": {
-                "status": "ok",
-                "findings": [
-                    {"rule": "A-1", "area": "cpu", "status": "warn", "severity": "medium"},
-                    {"rule": "A-2", "area": "cpu", "status": "warn", "severity": "low"},
-                    {"rule": "A-3", "area": "memory", "status": "skip", "severity": "low"},
-                    {"rule": "A-4", "area": "health", "status": "error", "severity": "low"},
-                ],
-            }
-        }
-    }
+    report = warn_skip_error()
     header, rows = _table(render_terminal(report))
     assert rows[0][header.index("CPU") :].split()[:2] == ["warn/med", "(2)"]
     assert rows[0][header.index("HEALTH") :].split()[0] == "ERROR"
@@ -114,7 +102,7 @@ def test_long_values_wrap_instead_of_being_cut():
         "observed": "x" * 250,
         "expected": list(range(20)),
     }
-    out = render_terminal({"hosts": {"h": {"status": "ok", "findings": [finding]}}})
+    out = render_terminal(one_host(finding))
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(" " * 13 + "x"))
     block = lines[start : start + 4]
@@ -126,7 +114,7 @@ def test_long_values_wrap_instead_of_being_cut():
 
 def test_huge_values_stop_after_a_few_lines():
     finding = {"rule": "A-1", "area": "cpu", "status": "fail", "severity": "high", "observed": "y" * 5000}
-    out = render_terminal({"hosts": {"h": {"status": "ok", "findings": [finding]}}})
+    out = render_terminal(one_host(finding))
     ys = [line for line in out.splitlines() if line.strip().startswith(("y", "\u2026"))]
     assert len(ys) == 6
     assert ys[-1].strip() == "\u2026 4500 more characters (report.json has the whole value)"
