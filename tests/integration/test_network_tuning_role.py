@@ -39,15 +39,13 @@ def netns():
         yield name
 
 
-def test_network_tuning_in_namespace(tmp_path, netns):
-    host_before = {
-        k: Path(f"/proc/sys/net/ipv4/{k}").read_text()
-        for k in ("tcp_rmem", "tcp_wmem", "tcp_congestion_control", "tcp_mtu_probing")
-    }
+def _tune(tmp_path, netns, policy):
+    """Inventory and play of the namespace host ``ns`` with ``policy``; returns run(audit_only) -> (result, changed
+    task names, failing rules)."""
     host = labkit.local_host(
         labkit.ns_python(tmp_path, netns),
         # The NIC and its MTU come from the policy (network.interfaces, network.min_mtu).
-        gpufleet_policy=POLICY,
+        gpufleet_policy=policy,
         network_tuning_sysctl_file=str(tmp_path / "etc/sysctl.d/61-gpufleet-network.conf"),
         network_tuning_persist_method="udev",
         network_tuning_udev_dir=str(tmp_path / "udev"),
@@ -62,6 +60,16 @@ def test_network_tuning_in_namespace(tmp_path, netns):
         assert res.status == "ok", res.message
         failing = sorted(f["rule"] for f in res.results["Audit"]["findings"] if f["status"] == "fail")
         return res, labkit.changed_tasks(changed), failing
+
+    return run
+
+
+def test_network_tuning_in_namespace(tmp_path, netns):
+    host_before = {
+        k: Path(f"/proc/sys/net/ipv4/{k}").read_text()
+        for k in ("tcp_rmem", "tcp_wmem", "tcp_congestion_control", "tcp_mtu_probing")
+    }
+    run = _tune(tmp_path, netns, POLICY)
 
     _, _, before = run(audit_only=True)
     assert {"NET-MTU-001", "NET-OFFL-001", "NET-TCP-003", "NET-TCP-004"} <= set(before)
@@ -81,3 +89,23 @@ def test_network_tuning_in_namespace(tmp_path, netns):
     _, changed, _ = run()
     assert changed == []
     assert {k: Path(f"/proc/sys/net/ipv4/{k}").read_text() for k in host_before} == host_before
+
+
+def test_rules_the_policy_turned_off_stay_out_of_the_files_written_whole(tmp_path, netns):
+    """NET-TCP-004 and NET-OFFL-001 turned off: the audit skips them and the role leaves slow start after idle and
+    GRO as the host has them, also in the sysctl.d file and the NIC's persistence file it writes for NET-TCP-003
+    and NET-MTU-001 (before, a file written for one rule carried every enabled rule's value)."""
+    off = {"rules": {"NET-TCP-004": {"enabled": False}, "NET-OFFL-001": {"enabled": False}}}
+    run = _tune(tmp_path, netns, {**POLICY, **off})
+
+    res, _, after = run()
+    assert after == [], after
+    findings = {f["rule"]: f["status"] for f in res.results["Audit"]["findings"]}
+    assert findings["NET-TCP-004"] == "skip" and findings["NET-OFFL-001"] == "skip"
+    assert findings["NET-TCP-003"] == "pass" and findings["NET-MTU-001"] == "pass"
+    assert labkit.ns_exec(netns, "cat", "/proc/sys/net/ipv4/tcp_slow_start_after_idle").strip() == "1"
+    text = (tmp_path / "etc/sysctl.d/61-gpufleet-network.conf").read_text()
+    assert "net.ipv4.tcp_mtu_probing" in text and "slow_start" not in text, text
+    assert "generic-receive-offload: off" in labkit.ns_exec(netns, "ethtool", "-k", "gv0")
+    udev = (tmp_path / "udev/90-gpufleet-gv0.rules").read_text()
+    assert 'ATTR{mtu}="9000"' in udev and "gro" not in udev, udev
