@@ -118,6 +118,23 @@ ETHTOOL_README = "tests/fixtures/ethtool/<driver>/README.md (each recording's so
 
 # --------------------------------------------------------------------------------------------------- the hosts
 
+# A training job: the allocator holds nearly all GPU memory (normal without host swapping).
+TRAINING_JOB_PCT = 97.0
+
+
+def hgx_h100(driver: str, bus_ids: list[str]) -> dict[str, Any]:
+    """The "gpu" entry of an 8-GPU HGX H100 board as the clouds and DGX ship it: four GPUs on each socket's NUMA
+    node (bus_ids in NVML order), the open kernel modules."""
+    return {
+        "profile": "h100",
+        "count": 8,
+        "driver": driver,
+        "bus_ids": bus_ids,
+        "nodes": [0, 0, 0, 0, 1, 1, 1, 1],
+        "flavour": "open",
+    }
+
+
 # Ubuntu 22.04 as its images ship it (UBUNTU_DEFAULTS, KERNEL_NUMA_BALANCING): the kernel's swappiness, THP madvise,
 # automatic NUMA balancing on (2 nodes), no memlock line in limits.d, so processes get the kernel's 8 MiB. A host
 # entry lists what its image changes after these.
@@ -139,13 +156,10 @@ UBUNTU_2204: dict[str, Any] = {
 HOSTS: dict[str, dict[str, Any]] = {
     "aws-p5": {
         "title": "AWS p5.48xlarge, AWS Deep Learning Base OSS Nvidia Driver AMI (Ubuntu 22.04)",
-        # A training job: the allocator holds nearly all GPU memory (normal without host swapping).
-        "gpu_memory_job_pct": 97.0,
-        "gpu": {
-            "profile": "h100",
-            "count": 8,
-            "driver": "580.95.05",
-            "bus_ids": [
+        "gpu_memory_job_pct": TRAINING_JOB_PCT,
+        "gpu": hgx_h100(
+            "580.95.05",
+            [
                 "00000000:53:00.0",
                 "00000000:64:00.0",
                 "00000000:75:00.0",
@@ -155,9 +169,7 @@ HOSTS: dict[str, dict[str, Any]] = {
                 "00000000:B9:00.0",
                 "00000000:CA:00.0",
             ],
-            "nodes": [0, 0, 0, 0, 1, 1, 1, 1],
-            "flavour": "open",
-        },
+        ),
         "host": {
             "hostname": "ip-10-0-12-34",
             "sockets": 2,
@@ -215,13 +227,10 @@ HOSTS: dict[str, dict[str, Any]] = {
     },
     "gcp-a3-high": {
         "title": "Google Cloud a3-highgpu-8g, Ubuntu 22.04 accelerator image",
-        # A training job: the allocator holds nearly all GPU memory (normal without host swapping).
-        "gpu_memory_job_pct": 97.0,
-        "gpu": {
-            "profile": "h100",
-            "count": 8,
-            "driver": "580.95.05",
-            "bus_ids": [
+        "gpu_memory_job_pct": TRAINING_JOB_PCT,
+        "gpu": hgx_h100(
+            "580.95.05",
+            [
                 "00000000:04:00.0",
                 "00000000:05:00.0",
                 "00000000:0A:00.0",
@@ -231,9 +240,7 @@ HOSTS: dict[str, dict[str, Any]] = {
                 "00000000:8A:00.0",
                 "00000000:8B:00.0",
             ],
-            "nodes": [0, 0, 0, 0, 1, 1, 1, 1],
-            "flavour": "open",
-        },
+        ),
         "host": {
             "hostname": "a3-high-0",
             "sockets": 2,
@@ -313,13 +320,10 @@ HOSTS: dict[str, dict[str, Any]] = {
     },
     "azure-nd-h100-v5": {
         "title": "Azure Standard_ND96isr_H100_v5, Ubuntu-HPC 22.04 (azhpc-images)",
-        # A training job: the allocator holds nearly all GPU memory (normal without host swapping).
-        "gpu_memory_job_pct": 97.0,
-        "gpu": {
-            "profile": "h100",
-            "count": 8,
-            "driver": "580.126.16",
-            "bus_ids": [
+        "gpu_memory_job_pct": TRAINING_JOB_PCT,
+        "gpu": hgx_h100(
+            "580.126.16",
+            [
                 "00000001:00:00.0",
                 "00000002:00:00.0",
                 "00000003:00:00.0",
@@ -329,9 +333,7 @@ HOSTS: dict[str, dict[str, Any]] = {
                 "0000000B:00:00.0",
                 "0000000C:00:00.0",
             ],
-            "nodes": [0, 0, 0, 0, 1, 1, 1, 1],
-            "flavour": "open",
-        },
+        ),
         "host": {
             "hostname": "ndv5-vmss000000",
             "sockets": 2,
@@ -414,13 +416,10 @@ HOSTS: dict[str, dict[str, Any]] = {
     },
     "dgx-h100": {
         "title": "HGX H100 bare metal (DGX H100-like), DGX OS 6 (Ubuntu 22.04)",
-        # A training job: the allocator holds nearly all GPU memory (normal without host swapping).
-        "gpu_memory_job_pct": 97.0,
-        "gpu": {
-            "profile": "h100",
-            "count": 8,
-            "driver": "570",
-            "bus_ids": [
+        "gpu_memory_job_pct": TRAINING_JOB_PCT,
+        "gpu": hgx_h100(
+            "570",
+            [
                 "00000000:1B:00.0",
                 "00000000:43:00.0",
                 "00000000:52:00.0",
@@ -430,9 +429,7 @@ HOSTS: dict[str, dict[str, Any]] = {
                 "00000000:D1:00.0",
                 "00000000:DF:00.0",
             ],
-            "nodes": [0, 0, 0, 0, 1, 1, 1, 1],
-            "flavour": "open",
-        },
+        ),
         "host": {
             "hostname": "dgx-h100-01",
             "sockets": 2,
