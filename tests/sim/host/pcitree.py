@@ -54,6 +54,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import simulators  # noqa: E402  (tests/simulators.py: the simulators loaded once, under the names the tests share)
+
 MELLANOX = "0x15b3"
 NVIDIA = "0x10de"
 INTEL = "0x8086"
@@ -74,16 +77,8 @@ IB_RATE = {400000: "400 Gb/sec (4X NDR)", 200000: "200 Gb/sec (4X HDR)"}
 # ------------------------------------------------------------------ CPU layout
 
 
-def cpulist(ids) -> str:
-    ids = sorted(set(ids))
-    parts, i = [], 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ",".join(parts)
+# "0-55,112-167": the kernel's list format, as mkroot.py writes it
+cpulist = simulators.mkroot().cpulist
 
 
 def cpus_of_node(cpu: dict[str, int], node: int) -> list[int]:
