@@ -717,10 +717,7 @@ def write_limits(w: _Writer, s: Mapping[str, Any]) -> None:
         ("Max realtime priority", "0", "0", ""),
         ("Max realtime timeout", "unlimited", "unlimited", "us"),
     ]
-    text = "".join(
-        f"{a:<26}{b:<21}{c:<21}{d:<10}\n" for a, b, c, d in [("Limit", "Soft Limit", "Hard Limit", "Units")] + rows
-    )
-    w("/proc/self/limits", text)
+    w("/proc/self/limits", _limits_table(rows))
     caps = 0x000001FFFFFFFFFF if s["process_cap_ipc_lock"] else 0x000001FFFFFFFFFF & ~(1 << 14)
     if s["process_uid"] != 0 and not s["process_cap_ipc_lock"]:
         caps = 0
@@ -754,6 +751,11 @@ def _proc_limits_text(memlock_soft: Any, memlock_hard: Any) -> str:
         ("Max locked memory", _limit(memlock_soft, True), _limit(memlock_hard, True), "bytes"),
         ("Max address space", "unlimited", "unlimited", "bytes"),
     ]
+    return _limits_table(rows)
+
+
+def _limits_table(rows: list[tuple[str, str, str, str]]) -> str:
+    """/proc/<pid>/limits: the header line, then one row per limit, in the kernel's column widths."""
     return "".join(
         f"{a:<26}{b:<21}{c:<21}{d:<10}\n" for a, b, c, d in [("Limit", "Soft Limit", "Hard Limit", "Units")] + rows
     )
