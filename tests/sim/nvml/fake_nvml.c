@@ -944,28 +944,12 @@ static nvmlReturn_t mem_info(struct call *c, unsigned long long *total, unsigned
     return r;
 }
 
-nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+/* nvmlDeviceGetMemoryInfo_v2 as the function `fn` (the name calls are recorded and errors injected under). */
+static nvmlReturn_t memory_info_v2(const char *fn, nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
     struct call c;
     unsigned long long total, used;
-    nvmlReturn_t r = enter_dev(&c, __func__, device, F_NONE);
-    if (r == NVML_SUCCESS && !memory)
-        r = NVML_ERROR_INVALID_ARGUMENT;
-    if (r == NVML_SUCCESS)
-        r = mem_info(&c, &total, &used);
-    if (r == NVML_SUCCESS) {
-        memory->total = total;
-        memory->used = used;
-        memory->free = total - used;
-    }
-    return leave(&c, r);
-}
-
-nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
-{
-    struct call c;
-    unsigned long long total, used;
-    nvmlReturn_t r = enter_dev(&c, __func__, device, F_NONE);
+    nvmlReturn_t r = enter_dev(&c, fn, device, F_NONE);
     if (r == NVML_SUCCESS && !memory)
         r = NVML_ERROR_INVALID_ARGUMENT;
     if (r == NVML_SUCCESS && memory->version != nvmlMemory_v2)
@@ -979,6 +963,23 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
         memory->free = total - used;
     }
     return leave(&c, r);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    nvmlMemory_v2_t m = {.version = nvmlMemory_v2};
+    nvmlReturn_t r = memory_info_v2(__func__, device, memory ? &m : NULL);
+    if (r == NVML_SUCCESS) {
+        memory->total = m.total;
+        memory->used = m.used;
+        memory->free = m.free;
+    }
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    return memory_info_v2(__func__, device, memory);
 }
 
 nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
@@ -1318,14 +1319,21 @@ static nvmlReturn_t nvlink_index(const struct call *c, unsigned int link)
     return r;
 }
 
+/* A per-link NVLink query's checks, in NVML's order: the device, a result pointer, a link the GPU has. */
+static nvmlReturn_t enter_link(struct call *c, const char *fn, nvmlDevice_t device, const void *out, unsigned int link)
+{
+    nvmlReturn_t r = enter_dev(c, fn, device, F_NONE);
+    if (r == NVML_SUCCESS && !out)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        r = nvlink_index(c, link);
+    return r;
+}
+
 nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *isActive)
 {
     struct call c;
-    nvmlReturn_t r = enter_dev(&c, __func__, device, F_NONE);
-    if (r == NVML_SUCCESS && !isActive)
-        r = NVML_ERROR_INVALID_ARGUMENT;
-    if (r == NVML_SUCCESS)
-        r = nvlink_index(&c, link);
+    nvmlReturn_t r = enter_link(&c, __func__, device, isActive, link);
     if (r == NVML_SUCCESS) {
         int down = list_has(&c, "nvlink_down", link);
         if (down == -2)
@@ -1345,11 +1353,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned i
     unsigned int i = 0, dom = 0, bus = 0, dev = 0, fn = 0;
     char item[64];
     const char *v = NULL;
-    nvmlReturn_t r = enter_dev(&c, __func__, device, F_NONE);
-    if (r == NVML_SUCCESS && !pci)
-        r = NVML_ERROR_INVALID_ARGUMENT;
-    if (r == NVML_SUCCESS)
-        r = nvlink_index(&c, link);
+    nvmlReturn_t r = enter_link(&c, __func__, device, pci, link);
     if (r == NVML_SUCCESS) {
         v = get(&c, "nvlink_remote");
         if (!v || !*v)
@@ -1422,11 +1426,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int l
     static const char *const keys[] = {"nvlink_replay", "nvlink_recovery", "nvlink_crc_flit", "nvlink_crc_data",
                                        "nvlink_ecc_data"};
     struct call c;
-    nvmlReturn_t r = enter_dev(&c, __func__, device, F_NONE);
-    if (r == NVML_SUCCESS && !counterValue)
-        r = NVML_ERROR_INVALID_ARGUMENT;
-    if (r == NVML_SUCCESS)
-        r = nvlink_index(&c, link);
+    nvmlReturn_t r = enter_link(&c, __func__, device, counterValue, link);
     if (r == NVML_SUCCESS && (unsigned int)counter_id >= sizeof(keys) / sizeof(keys[0]))
         r = NVML_ERROR_INVALID_ARGUMENT;
     if (r == NVML_SUCCESS)
@@ -1756,6 +1756,16 @@ nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mod
     return leave(&c, r);
 }
 
+/* The end of a call that sets application clocks: the new pair once every check passed. */
+static nvmlReturn_t leave_app_clocks(struct call *c, nvmlReturn_t r, unsigned int mem, unsigned int graphics)
+{
+    if (r == NVML_SUCCESS) {
+        set_update(c, "app_clock_mem", mem);
+        set_update(c, "app_clock_graphics", graphics);
+    }
+    return leave(c, r);
+}
+
 nvmlReturn_t nvmlDeviceSetApplicationsClocks(nvmlDevice_t device, unsigned int memClockMHz,
                                              unsigned int graphicsClockMHz)
 {
@@ -1771,11 +1781,7 @@ nvmlReturn_t nvmlDeviceSetApplicationsClocks(nvmlDevice_t device, unsigned int m
         else if (!m || !g)
             r = NVML_ERROR_INVALID_ARGUMENT;
     }
-    if (r == NVML_SUCCESS) {
-        set_update(&c, "app_clock_mem", memClockMHz);
-        set_update(&c, "app_clock_graphics", graphicsClockMHz);
-    }
-    return leave(&c, r);
+    return leave_app_clocks(&c, r, memClockMHz, graphicsClockMHz);
 }
 
 nvmlReturn_t nvmlDeviceResetApplicationsClocks(nvmlDevice_t device)
@@ -1787,9 +1793,23 @@ nvmlReturn_t nvmlDeviceResetApplicationsClocks(nvmlDevice_t device)
         r = get_uint(&c, "default_app_clock_mem", &mem);
     if (r == NVML_SUCCESS)
         r = get_uint(&c, "default_app_clock_graphics", &gr);
+    return leave_app_clocks(&c, r, mem, gr);
+}
+
+/* Locks the GPU clock to [lo, hi] MHz ("0, 0": unlocked), as `fn`; NotSupported where the GPU has no graphics
+ * clock range (max_clock_graphics absent), InvalidArgument for lo > hi or hi above it. */
+static nvmlReturn_t locked_clocks(const char *fn, nvmlDevice_t device, unsigned int lo, unsigned int hi)
+{
+    struct call c;
+    unsigned int top;
+    nvmlReturn_t r = enter_dev(&c, fn, device, F_WRITE);
+    if (r == NVML_SUCCESS)
+        r = get_uint(&c, "max_clock_graphics", &top);
+    if (r == NVML_SUCCESS && (lo > hi || hi > top))
+        r = NVML_ERROR_INVALID_ARGUMENT;
     if (r == NVML_SUCCESS) {
-        set_update(&c, "app_clock_mem", mem);
-        set_update(&c, "app_clock_graphics", gr);
+        set_update(&c, "locked_clock_min", lo);
+        set_update(&c, "locked_clock_max", hi);
     }
     return leave(&c, r);
 }
@@ -1797,32 +1817,12 @@ nvmlReturn_t nvmlDeviceResetApplicationsClocks(nvmlDevice_t device)
 nvmlReturn_t nvmlDeviceSetGpuLockedClocks(nvmlDevice_t device, unsigned int minGpuClockMHz,
                                           unsigned int maxGpuClockMHz)
 {
-    struct call c;
-    unsigned int top;
-    nvmlReturn_t r = enter_dev(&c, __func__, device, F_WRITE);
-    if (r == NVML_SUCCESS)
-        r = get_uint(&c, "max_clock_graphics", &top);
-    if (r == NVML_SUCCESS && (minGpuClockMHz > maxGpuClockMHz || maxGpuClockMHz > top))
-        r = NVML_ERROR_INVALID_ARGUMENT;
-    if (r == NVML_SUCCESS) {
-        set_update(&c, "locked_clock_min", minGpuClockMHz);
-        set_update(&c, "locked_clock_max", maxGpuClockMHz);
-    }
-    return leave(&c, r);
+    return locked_clocks(__func__, device, minGpuClockMHz, maxGpuClockMHz);
 }
 
 nvmlReturn_t nvmlDeviceResetGpuLockedClocks(nvmlDevice_t device)
 {
-    struct call c;
-    unsigned int top;
-    nvmlReturn_t r = enter_dev(&c, __func__, device, F_WRITE);
-    if (r == NVML_SUCCESS)
-        r = get_uint(&c, "max_clock_graphics", &top);
-    if (r == NVML_SUCCESS) {
-        set_update(&c, "locked_clock_min", 0);
-        set_update(&c, "locked_clock_max", 0);
-    }
-    return leave(&c, r);
+    return locked_clocks(__func__, device, 0, 0);
 }
 
 nvmlReturn_t nvmlDeviceSetEccMode(nvmlDevice_t device, nvmlEnableState_t ecc)
