@@ -20,8 +20,9 @@ import pytest
 from gpufleet.runner import run_playbook
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_network_tuning_safety import AUDIT, Host, host_sysctls, netns, peer_policy, sysctl  # noqa: E402, F401
+from test_network_tuning_safety import AUDIT, host_sysctls, netns, peer_policy, sysctl  # noqa: E402, F401
 from test_network_tuning_safety import PEER_PREFIX as PREFIX  # noqa: E402
+from test_route_rollback import recording_host  # noqa: E402
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -64,17 +65,12 @@ def wait_for(ns: str, *words: str, seconds: float = 10.0) -> str:
 
 def test_follow_scope_follows_the_gateway_and_rolls_back(tmp_path, netns):  # noqa: F811 (fixture)
     lib, config = tmp_path / "lib", tmp_path / "etc/gpufleet/route-follow.json"
-    host = Host(
+    host = recording_host(
         tmp_path,
         netns,
-        {
-            "gpufleet_policy": POLICY,
-            "gpufleet_become": False,
-            "gpufleet_rollback_dir": str(tmp_path / "rollback"),
-            "gpufleet_lock_path": str(tmp_path / "run/remediation.lock"),
-            "network_tuning_route_follow_lib_dir": str(lib),
-            "network_tuning_route_follow_config": str(config),
-        },
+        POLICY,
+        network_tuning_route_follow_lib_dir=str(lib),
+        network_tuning_route_follow_config=str(config),
     )
     host.play = labkit.write_play(tmp_path, PLAY)
     main_before, rules_before = ip(netns, "route", "show"), ip(netns, "rule", "show")

@@ -49,18 +49,25 @@ def rollback(host: Host, check: bool = False, diff: bool = False) -> dict:
     return res.hosts["ns"].results["Restore the values recorded before the run"]
 
 
-def _lab_host(tmp_path, ns):
-    """The namespace's host (rollback records and lock under tmp_path), the play and its inventory."""
-    host = Host(
+def recording_host(tmp_path: Path, ns: str, policy: dict, **host_vars) -> Host:
+    """The namespace's host with ``policy``, its rollback records and remediation lock under tmp_path (no become);
+    ``host_vars`` are more of its variables."""
+    return Host(
         tmp_path,
         ns,
         {
-            "gpufleet_policy": POLICY,
+            "gpufleet_policy": policy,
             "gpufleet_become": False,
             "gpufleet_rollback_dir": str(tmp_path / "rollback"),
             "gpufleet_lock_path": str(tmp_path / "run/remediation.lock"),
+            **host_vars,
         },
     )
+
+
+def _lab_host(tmp_path, ns):
+    """The namespace's host (rollback records and lock under tmp_path), the play and its inventory."""
+    host = recording_host(tmp_path, ns, POLICY)
     return host, labkit.write_play(tmp_path, PLAY), labkit.write_inventory(tmp_path, {"ns": host.vars})
 
 
