@@ -137,6 +137,25 @@ class Lab:
         rows = self.query(f'gpufleet_watch_last_success_timestamp_seconds{{host="{self.name}"}}')
         return float(rows[0]["value"][1]) if rows else 0.0
 
+    def fires(self, alertname: str, rule: str, fault: dict[str, str]) -> tuple[dict, float]:
+        """Put ``fault`` into the simulated GPUs' state; ``alertname`` must fire for ``rule`` on this host within two
+        intervals (waited for up to four): the alert and the seconds it took."""
+        watchlab.set_gpu(self.name, fault)
+        fired = self.wait(
+            f"{alertname} for {rule}", lambda: self.firing(alertname, host=self.name, rule=rule), 4 * INTERVAL
+        )
+        assert fired <= 2 * INTERVAL, f"fired after {fired:.1f} s, more than two intervals{self.diagnostics()}"
+        (alert,) = self.firing(alertname, host=self.name, rule=rule)
+        return alert, fired
+
+    def resolves(self, what: str, predicate) -> float:
+        """Put the healthy state back; ``predicate`` (the alerts gone) must hold within two intervals (waited for up
+        to four): the seconds it took."""
+        watchlab.write_state(self.name, self.baseline)
+        resolved = self.wait(what, predicate, 4 * INTERVAL)
+        assert resolved <= 2 * INTERVAL, f"resolved after {resolved:.1f} s{self.diagnostics()}"
+        return resolved
+
 
 def _prometheus_config(tmp: Path) -> Path:
     config = {
@@ -249,40 +268,23 @@ def test_every_dashboard_query_runs_on_the_real_series(host):
 
 def test_gpu_lost_fires_the_critical_alert_within_two_intervals_and_resolves(host):
     host.wait("a run scraped", lambda: host.last_success() > 0, 3 * INTERVAL)
-    watchlab.set_gpu(host.name, LOST)
-    fired = host.wait(
-        "GpufleetCriticalFinding for GPU-HLT-002",
-        lambda: host.firing("GpufleetCriticalFinding", host=host.name, rule="GPU-HLT-002"),
-        4 * INTERVAL,
-    )
-    assert fired <= 2 * INTERVAL, f"fired after {fired:.1f} s, more than two intervals{host.diagnostics()}"
-    (alert,) = host.firing("GpufleetCriticalFinding", host=host.name, rule="GPU-HLT-002")
+    alert, fired = host.fires("GpufleetCriticalFinding", "GPU-HLT-002", LOST)
     assert alert["labels"]["severity"] == "critical" and alert["labels"]["finding_severity"] == "critical"
     assert alert["annotations"]["summary"] == f"{host.name}: GPU-HLT-002 failing (critical, health)"
     assert f"gpufleet audit -i INVENTORY --limit {host.name}" in alert["annotations"]["runbook"]
     # it is news, too: the GPU was there when the watch started
     assert host.firing("GpufleetFindingNewlyFailing", host=host.name, rule="GPU-HLT-002")
 
-    watchlab.write_state(host.name, host.baseline)
-    resolved = host.wait(
+    resolved = host.resolves(
         "GpufleetCriticalFinding resolved",
         lambda: not [a for a in host.alerts() if a["labels"]["alertname"] == "GpufleetCriticalFinding"],
-        4 * INTERVAL,
     )
-    assert resolved <= 2 * INTERVAL, f"resolved after {resolved:.1f} s{host.diagnostics()}"
     print(f"GPU lost: fired after {fired:.1f} s, resolved {resolved:.1f} s after the fix (interval {INTERVAL} s)")
 
 
 def test_power_cap_is_newly_failing_within_two_intervals_and_resolves(host):
     host.wait("a run scraped", lambda: host.last_success() > 0, 3 * INTERVAL)
-    watchlab.set_gpu(host.name, CAPPED)
-    fired = host.wait(
-        "GpufleetFindingNewlyFailing for GPU-PWR-002",
-        lambda: host.firing("GpufleetFindingNewlyFailing", host=host.name, rule="GPU-PWR-002"),
-        4 * INTERVAL,
-    )
-    assert fired <= 2 * INTERVAL, f"fired after {fired:.1f} s{host.diagnostics()}"
-    (alert,) = host.firing("GpufleetFindingNewlyFailing", host=host.name, rule="GPU-PWR-002")
+    alert, fired = host.fires("GpufleetFindingNewlyFailing", "GPU-PWR-002", CAPPED)
     assert alert["labels"]["finding_severity"] == "high" and alert["labels"]["severity"] == "warning"
     # a high finding waits its 30 minutes; the critical alert stays quiet
     states = {(a["labels"]["alertname"], a["state"]) for a in host.alerts()}
@@ -294,13 +296,10 @@ def test_power_cap_is_newly_failing_within_two_intervals_and_resolves(host):
     )
     assert [r["metric"]["rule"] for r in rows] == ["GPU-PWR-002"]
 
-    watchlab.write_state(host.name, host.baseline)
-    resolved = host.wait(
+    resolved = host.resolves(
         "the power cap's alerts resolved",
         lambda: not [a for a in host.alerts() if a["labels"].get("rule") == "GPU-PWR-002"],
-        4 * INTERVAL,
     )
-    assert resolved <= 2 * INTERVAL, f"resolved after {resolved:.1f} s{host.diagnostics()}"
     print(f"power cap: fired after {fired:.1f} s, resolved {resolved:.1f} s after the fix (interval {INTERVAL} s)")
 
 

@@ -79,6 +79,19 @@ def _wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"not within {timeout:.0f} s: {what}")
 
 
+def _textfile_shows(name: str, rule: str, seconds: float, what: str) -> str:
+    """The checker's textfile once ``rule`` is in it, which must be within ``seconds`` from now."""
+    started = time.monotonic()
+    text = _wait_for(lambda: (lambda t: rule in t and t)(watchlab.exec_in(name, "cat", TEXTFILE).stdout), seconds, what)
+    assert time.monotonic() - started <= seconds
+    return text
+
+
+def _textfile_drops(name: str, rule: str, what: str) -> None:
+    """Until ``rule`` is gone from the checker's textfile, within two intervals (and a little)."""
+    _wait_for(lambda: rule not in watchlab.exec_in(name, "cat", TEXTFILE).stdout, 2 * INTERVAL + 5, what)
+
+
 def test_check_mode_predicts_and_writes_nothing(host):
     proc, stats = host["check"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -130,24 +143,14 @@ def test_a_lost_gpu_is_logged_and_exported_within_two_intervals_then_clears(host
     rule = 'rule="GPU-HLT-002"'
     watchlab.set_gpu(name, {"gpu.5.lost": "1"})
     try:
-        started = time.monotonic()
-        _wait_for(
-            lambda: rule in watchlab.exec_in(name, "cat", TEXTFILE).stdout,
-            2 * INTERVAL + 5,
-            "GPU-HLT-002 in the textfile",
-        )
-        assert time.monotonic() - started <= 2 * INTERVAL + 5
+        _textfile_shows(name, rule, 2 * INTERVAL + 5, "GPU-HLT-002 in the textfile")
         assert "GPU-HLT-002 started failing on GPU 5 [critical]" in _journal(name)
         npd = watchlab.exec_in(name, "/usr/local/sbin/gpufleet-watch", "--mode", "npd", check=False)
         assert npd.returncode == 1 and npd.stdout.strip().startswith("gpufleet: GPU-HLT-002 GPU 5"), npd.stdout
         assert len(npd.stdout.strip()) <= 80
     finally:
         watchlab.set_gpu(name, {"gpu.5.lost": None})
-    _wait_for(
-        lambda: rule not in watchlab.exec_in(name, "cat", TEXTFILE).stdout,
-        2 * INTERVAL + 5,
-        "GPU-HLT-002 gone from the textfile",
-    )
+    _textfile_drops(name, rule, "GPU-HLT-002 gone from the textfile")
     assert "GPU-HLT-002 cleared (was failing on GPU 5)" in _journal(name)
 
 
@@ -161,13 +164,7 @@ def test_a_gpu_removed_after_install_fails_within_one_interval(host):
     rule = 'rule="GPU-HLT-003",severity="critical",area="health",status="fail"'
     watchlab.set_gpu(name, {"gpu_count": "7"})
     try:
-        started = time.monotonic()
-        text = _wait_for(
-            lambda: (lambda t: rule in t and t)(watchlab.exec_in(name, "cat", TEXTFILE).stdout),
-            INTERVAL + 10,
-            "GPU-HLT-003 failing in the textfile",
-        )
-        assert time.monotonic() - started <= INTERVAL + 10
+        text = _textfile_shows(name, rule, INTERVAL + 10, "GPU-HLT-003 failing in the textfile")
         assert f'gpufleet_watch_baseline{{host="{name}",part="gpus"}} 8' in text
         assert f'gpufleet_watch_baseline_seen{{host="{name}",part="gpus"}} 7' in text
         journal = _journal(name)
@@ -175,11 +172,7 @@ def test_a_gpu_removed_after_install_fails_within_one_interval(host):
         assert f"baseline: GPU {base['gpus'][7]} missing (on the PCI bus and usable at install)" in journal
     finally:
         watchlab.set_gpu(name, {"gpu_count": "8"})
-    _wait_for(
-        lambda: rule not in watchlab.exec_in(name, "cat", TEXTFILE).stdout,
-        2 * INTERVAL + 5,
-        "GPU-HLT-003 gone from the textfile",
-    )
+    _textfile_drops(name, rule, "GPU-HLT-003 gone from the textfile")
     assert "baseline: this host has again everything recorded at install" in _journal(name)
 
 
