@@ -38,35 +38,34 @@ def _name(host) -> str:
     return host.backend.get_hostname()
 
 
+def _only(host, names: tuple[str, ...], otherwise: str):
+    """``host`` for the tests of the hosts ``names``; any other host skips them ("<its name> <otherwise>")."""
+    if _name(host) not in names:
+        pytest.skip(f"{_name(host)} {otherwise}")
+    return host
+
+
 @pytest.fixture
 def refused(host):
     """Tests of the hosts whose change was refused (a GPU job; no fabric manager 550 in the repository)."""
-    if _name(host) not in (BUSY, HGX_NOFM):
-        pytest.skip(f"{_name(host)} was hgx")
-    return host
+    return _only(host, (BUSY, HGX_NOFM), "was hgx")
 
 
 @pytest.fixture
 def hgx(host):
     """Tests of the host nothing uses: hgx with its fabric manager, its modules reloaded."""
-    if _name(host) != HGX:
-        pytest.skip(f"{_name(host)} is not hgx: see the refused hosts' tests")
-    return host
+    return _only(host, (HGX,), "is not hgx: see the refused hosts' tests")
 
 
 @pytest.fixture
 def hgx_nofm(host):
-    if _name(host) != HGX_NOFM:
-        pytest.skip(f"{_name(host)} has the full repository")
-    return host
+    return _only(host, (HGX_NOFM,), "has the full repository")
 
 
 @pytest.fixture
 def busy(host):
     """Tests of the host whose GPUs are in use."""
-    if _name(host) != BUSY:
-        pytest.skip(f"{_name(host)} runs no GPU job")
-    return host
+    return _only(host, (BUSY,), "runs no GPU job")
 
 
 def _nvml_driver(host) -> str:
@@ -210,14 +209,8 @@ def test_role_variable_over_the_policy_is_reported(host, reported):
 
 
 def test_busy_host_keeps_its_driver(busy):
-    """A GPU job runs and no reboot is allowed: no driver package, pin or hold changes."""
-    for name in OLD:
-        status, version = _status(busy, name)
-        assert status == "hold ok installed", f"{name}: {status}"
-        assert version == "535.183.01-1"
-    for name in NEW:
-        assert not _status(busy, name)[0].endswith("ok installed"), f"{name} was installed under the loaded 535"
-    assert not busy.file(PIN_FILE).exists
+    """A GPU job runs and no reboot is allowed: no driver package, pin or hold changes (its packages and pin:
+    test_refused_hosts_keep_every_package)."""
     # The loaded module is still 535 and the job still runs.
     assert _nvml_driver(busy) == "535.183.01"
     assert busy.service("gpufleet-lab-gpu-job").is_running
@@ -291,7 +284,7 @@ def test_refused_hosts_keep_every_package(refused):
         assert status == "hold ok installed", f"{name}: {status}"
         assert version == "535.183.01-1"
     for name in NEW:
-        assert not _status(refused, name)[0].endswith("ok installed"), f"{name} was installed"
+        assert not _status(refused, name)[0].endswith("ok installed"), f"{name} was installed under the loaded 535"
     assert not refused.file(PIN_FILE).exists
 
 
