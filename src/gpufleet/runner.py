@@ -5,12 +5,16 @@ own way to stop: no new task starts, the workers and the module processes on loc
 dies before its atomic rename, leaving the old file) and ansible-playbook exits. The results that arrived before stay
 in ``RunResult.hosts`` and ``RunResult.interrupted`` names the signal, so the caller can write a partial report. A
 second signal, or ansible-playbook still running ``STOP_GRACE_S`` after the first, kills it (ansible-runner's cancel:
-SIGKILL to its process group).
+SIGKILL to its process group). Ansible can lose a SIGINT: one that lands while it forks a worker raises its
+KeyboardInterrupt inside logging's at-fork callback, where Python drops it ("Exception ignored in _releaseLock") and
+the play goes on. A task that starts after the SIGINT shows it was lost, and the SIGINT is sent again
+(``Stopper.on_event``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import re
 import shlex
@@ -70,6 +74,10 @@ class RunResult:
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 STOP_GRACE_S = 30.0
+# A task that starts this long after ansible-playbook was sent SIGINT shows that the SIGINT was lost (a stop it takes
+# starts no task at all; the margin covers the clocks of the event's timestamp and ours).
+LOST_AFTER_S = 0.5
+TASK_START_EVENTS = ("playbook_on_task_start", "playbook_on_handler_task_start")
 
 
 class Stopper:
@@ -80,6 +88,8 @@ class Stopper:
         self.pid: int | None = None  # ansible-playbook, from its first event
         self.signals: list[int] = []
         self.first_at: float | None = None
+        self.sent_at: float | None = None  # wall clock (time.time) of the last SIGINT sent to ansible-playbook
+        self.resent = 0
 
     @property
     def interrupted(self) -> str | None:
@@ -89,11 +99,25 @@ class Stopper:
         self.signals.append(signum)
         if len(self.signals) == 1:
             self.first_at = time.monotonic()
-            if self.pid is not None:
-                try:
-                    os.kill(self.pid, signal.SIGINT)
-                except ProcessLookupError:
-                    pass
+            self._send()
+
+    def _send(self) -> None:
+        if self.pid is not None:
+            self.sent_at = time.time()
+            try:
+                os.kill(self.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        """After one stop signal: a task that ansible-playbook started more than ``LOST_AFTER_S`` after it was sent
+        SIGINT (the event's ``created`` time) shows that the SIGINT was lost - send it again."""
+        if len(self.signals) != 1 or self.sent_at is None or event.get("event") not in TASK_START_EVENTS:
+            return
+        created = event_time(event)
+        if created is not None and created > self.sent_at + LOST_AFTER_S:
+            self.resent += 1
+            self._send()
 
     def cancel(self) -> bool:
         """ansible-runner's cancel callback: True kills ansible-playbook's process group."""
@@ -115,6 +139,18 @@ class Stopper:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def event_time(event: dict[str, Any]) -> float | None:
+    """An ansible-runner event's ``created`` time (ISO 8601; UTC when it names no zone) as seconds since the epoch,
+    or None."""
+    try:
+        created = datetime.datetime.fromisoformat(str(event["created"]))
+    except (KeyError, ValueError):
+        return None
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=datetime.timezone.utc)
+    return created.timestamp()
 
 
 def action_of(event_data: dict[str, Any]) -> str | None:
@@ -251,6 +287,7 @@ def run_playbook(
             stopper.pid = int(event["pid"])
             if stopper.signals:  # a signal came before ansible-playbook said who it is
                 stopper.on_signal(stopper.signals.pop())
+        stopper.on_event(event)
         collect(hosts, event)
         if on_event is not None:
             on_event(event)

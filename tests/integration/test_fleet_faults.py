@@ -221,11 +221,12 @@ def _dotfiles(fleet: Path) -> set[str]:
 
 def test_sigint_during_remediate_leaves_no_half_written_file(tmp_path, fleet, sim_lib):
     names = ["sg-a100-01", "sg-h100-02"]
-    slow_python = simfleet.sleeper(tmp_path / "slow-python", 0.5)  # every module call on sg-h100-02 waits 0.5 s
-    hosts = {
-        "sg-a100-01": simfleet.host_vars(fleet, "sg-a100-01", sim_lib.parent),
-        "sg-h100-02": simfleet.host_vars(fleet, "sg-h100-02", sim_lib.parent, python=slow_python),
-    }
+    # Every module call on both hosts waits 2 s: after the first change, the lock's release (a module call of its
+    # own) is at least 2 s away, so the SIGINT lands while the lock is held even when this machine is busy. (Since
+    # remediate applies only failing rules, few tasks follow the first change: with 0.5 s on one host, a busy CI
+    # machine once saw the line only after the release.)
+    slow_python = simfleet.sleeper(tmp_path / "slow-python", 2)
+    hosts = {name: simfleet.host_vars(fleet, name, sim_lib.parent, python=slow_python) for name in names}
     inventory = simfleet.inventory(tmp_path / "hosts.yml", hosts)
     before = _snapshot(fleet)
     dotfiles = _dotfiles(fleet)
