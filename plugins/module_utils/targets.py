@@ -125,7 +125,7 @@ def compute(facts, policy, role_vars=None, roles=ROLES, catalog=None, persist=Fa
         asked = any(rv.variable in role_vars and rv.variable not in SELECTORS for rv in rule.role_vars)
         if asked or not turned_off(rule, policy) and (rule.target in unheld or persist):
             apply.append(rule.id)
-        elif not asked and turned_off(rule, policy):
+        elif turned_off(rule, policy):  # and not asked: an asked rule is applied above
             off.append(rule.id)
         values = rule.target(facts, policy, given)
         by_rule[rule.id] = sorted(values)
